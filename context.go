@@ -1,0 +1,36 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+)
+
+type ctxKey int
+
+const (
+	txKey ctxKey = iota
+	eventIDKey
+)
+
+func withClaim(ctx context.Context, tx *sql.Tx, eventID string) context.Context {
+	return context.WithValue(context.WithValue(ctx, txKey, tx), eventIDKey, eventID)
+}
+
+// TxFromContext returns the transaction that holds this message's inbox row. A handler running under the
+// middleware does its side effect on it, so that the effect and the row commit together.
+//
+// In transaction mode the middleware commits the transaction after the handler returns nil and before the router
+// acks; it rolls it back when the handler returns an error, panics, or its context is cancelled, and on a duplicate
+// the handler never runs. When the message came from watermill-sql's subscriber, the transaction is the
+// subscriber's own, which commits on ack and rolls back on nack. Outside the handler, or in lease mode, ok is false.
+func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
+	tx, ok = ctx.Value(txKey).(*sql.Tx)
+	return tx, ok
+}
+
+// EventIDFromContext returns the event ID the inbox claimed for this message, for handlers that record it (in a
+// ledger, say) or derive keys from it.
+func EventIDFromContext(ctx context.Context) (id string, ok bool) {
+	id, ok = ctx.Value(eventIDKey).(string)
+	return id, ok
+}

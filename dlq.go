@@ -1,0 +1,60 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata keys set on a dead-lettered message. They are the keys of Watermill's PoisonQueue middleware, so tools
+// and people that already read poison queues read the inbox's dead letters the same way.
+const (
+	// ReasonKey holds why the message was dead-lettered.
+	ReasonKey = "reason_poisoned"
+	// TopicKey holds the topic the message was consumed from.
+	TopicKey = "topic_poisoned"
+	// HandlerKey holds the name of the handler that refused it.
+	HandlerKey = "handler_poisoned"
+	// SubscriberKey holds the name of the subscriber it came from.
+	SubscriberKey = "subscriber_poisoned"
+)
+
+// reject disposes of a message the inbox cannot apply, so that it is neither applied without deduplication nor
+// dropped. With a dead-letter publisher the message is published there with the reason and then acked (nil);
+// without one, or when that publish fails, the message is nacked (the returned error) after the reject delay, so a
+// poison message is kept but cannot spin in a hot redelivery loop.
+func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error {
+	ctx := msg.Context()
+	fields := watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "reason": cause.Error()}
+	if i.cfg.dlqPublisher == nil {
+		i.cfg.logger.Error("Inbox cannot apply message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
+		return sleepThen(ctx, i.cfg.rejectDelay, cause)
+	}
+
+	dead := msg.Copy()
+	dead.Metadata.Set(ReasonKey, cause.Error())
+	dead.Metadata.Set(TopicKey, message.SubscribeTopicFromCtx(ctx))
+	dead.Metadata.Set(HandlerKey, message.HandlerNameFromCtx(ctx))
+	dead.Metadata.Set(SubscriberKey, message.SubscriberNameFromCtx(ctx))
+	if err := i.cfg.dlqPublisher.Publish(i.cfg.dlqTopic, dead); err != nil {
+		err = fmt.Errorf("inbox: dead-letter message %s to %s: %w (reason: %w)", msg.UUID, i.cfg.dlqTopic, err, cause)
+		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
+		return sleepThen(ctx, i.cfg.rejectDelay, err)
+	}
+	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
+	return nil
+}
+
+// sleepThen waits d, or less if ctx ends first, and returns err: the delay belongs to the nack that err causes.
+func sleepThen(ctx context.Context, d time.Duration, err error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return err
+}

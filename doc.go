@@ -1,0 +1,32 @@
+// Package inbox gives Watermill consumers exactly-once effects on top of at-least-once delivery: the
+// transactional inbox, or idempotent consumer, on PostgreSQL.
+//
+// Every broker redelivers: after a crash between the side effect and the acknowledgement, after a rebalance that
+// hands a partition to another consumer while the old one is still writing, when a producer or an outbox relay
+// publishes twice, and when a lock or visibility timeout runs out mid-handler. The inbox makes the redelivered copy
+// harmless. In one database transaction it inserts the producer's event ID into an inbox table and runs the
+// handler's side effect; it commits, and only then lets the router acknowledge. A copy finds the row, is skipped
+// and acknowledged. Copies that race are serialized by the table's primary key; there is no distributed lock.
+//
+//	router.AddMiddleware(inbox.Middleware(db))
+//	router.AddNoPublisherHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
+//		tx, _ := inbox.TxFromContext(msg.Context())
+//		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+//		return err
+//	})
+//
+// # What is guaranteed
+//
+// For each consumer (by default the Watermill handler's name) and event ID, the effects a handler makes on the
+// transaction from TxFromContext are committed at most once, and a message is acknowledged only after they are.
+// With an at-least-once broker that makes them committed exactly once. Messages a handler returns are stored with
+// the inbox row and returned again on every redelivery, so they reach the publisher at least once, with stable
+// UUIDs and event IDs that the next inbox recognises.
+//
+// # What is not
+//
+// Effects outside the transaction (an HTTP call, an e-mail, a write through another connection) are not covered:
+// they run again when the transaction rolls back. The inbox remembers an ID only as long as its row exists; a
+// redelivery older than the retention window is applied again. Messages without a usable event ID are never
+// applied: they are dead-lettered, or nacked after a delay when no dead-letter publisher is configured.
+package inbox

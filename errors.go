@@ -1,0 +1,24 @@
+package inbox
+
+import "errors"
+
+// ErrMissingEventID reports a message that carries no event ID: there is nothing to deduplicate on, so the inbox
+// refuses to apply it. Such a message is dead-lettered, or nacked after the reject delay when no dead-letter
+// publisher is configured.
+var ErrMissingEventID = errors.New("inbox: message has no event ID")
+
+// ErrInvalidEventID reports an event ID that the inbox cannot store faithfully: empty, longer than the configured
+// maximum, or holding bytes PostgreSQL's text type rejects (NUL, invalid UTF-8). It is handled like
+// ErrMissingEventID.
+var ErrInvalidEventID = errors.New("inbox: invalid event ID")
+
+// ErrInvalidOption reports an option that cannot work. It is returned by New and Migrate, and Middleware panics
+// with it, always at construction and never per message.
+var ErrInvalidOption = errors.New("inbox: invalid option")
+
+// ErrNoConsumer reports a message handled without a consumer name: the middleware runs outside a Watermill router
+// (which names every handler) and WithConsumer was not given.
+var ErrNoConsumer = errors.New("inbox: no consumer name: set WithConsumer or run the middleware inside a router")
+
+// ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in migrations/.
+var ErrSchemaMissing = errors.New("inbox: inbox table does not exist (run inbox.Migrate)")

@@ -1,0 +1,84 @@
+package inbox
+
+import (
+	"database/sql"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Inbox deduplicates the messages of Watermill handlers against a PostgreSQL table. Build one with New and install
+// its Middleware on a router, or use the package-level Middleware. An Inbox is safe for concurrent use and holds
+// no goroutines, so it needs no closing.
+type Inbox struct {
+	db    *sql.DB
+	cfg   config
+	store *store
+}
+
+// New checks the options and returns an Inbox over db. It does not touch the database: run Migrate (or apply the
+// files in migrations/) before the first message arrives.
+func New(db *sql.DB, opts ...Option) (*Inbox, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{db: db, cfg: c, store: newStore(c.table)}, nil
+}
+
+// Middleware returns a router middleware that applies each message at most once per consumer, with its effect,
+// in one transaction:
+//
+//	router.AddMiddleware(inbox.Middleware(db))
+//
+// It panics, once and at construction, if an option is invalid; use New to get the error instead.
+func Middleware(db *sql.DB, opts ...Option) message.HandlerMiddleware {
+	i, err := New(db, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i.Middleware
+}
+
+// identify returns the consumer scope and event ID of msg, or why the inbox cannot apply it.
+func (i *Inbox) identify(msg *message.Message) (consumer, id string, err error) {
+	consumer = i.cfg.consumer
+	if consumer == "" {
+		consumer = message.HandlerNameFromCtx(msg.Context())
+	}
+	if consumer == "" {
+		return "", "", ErrNoConsumer
+	}
+	if i.cfg.useUUID {
+		id = msg.UUID
+	} else {
+		var ok bool
+		if id, ok = msg.Metadata[i.cfg.idKey]; !ok {
+			return consumer, "", fmt.Errorf("%w: metadata key %q is not set", ErrMissingEventID, i.cfg.idKey)
+		}
+	}
+	return consumer, id, i.validateID(id)
+}
+
+// validateID rejects what PostgreSQL's text type cannot hold or an index should not: an ID stored differently from
+// the one sent would deduplicate nothing.
+func (i *Inbox) validateID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrInvalidEventID)
+	case len(id) > i.cfg.maxIDLength:
+		return fmt.Errorf("%w: %d bytes, over the limit of %d", ErrInvalidEventID, len(id), i.cfg.maxIDLength)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidEventID)
+	}
+	for j := 0; j < len(id); j++ {
+		if id[j] == 0 {
+			return fmt.Errorf("%w: contains a NUL byte at offset %d", ErrInvalidEventID, j)
+		}
+	}
+	return nil
+}

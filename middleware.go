@@ -1,0 +1,89 @@
+package inbox
+
+import (
+	"database/sql"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Middleware wraps h so that each message is applied at most once per consumer. The path of one message:
+//
+//  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay (dlq.go).
+//  2. Begin a transaction, or join the one watermill-sql's subscriber carries.
+//  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
+//     messages h produced the first time so the router sends them again.
+//  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it.
+//  5. Commit, and only then return, so the router acks after the effect is durable. An error, a panic or a
+//     cancelled context rolls back the effect and the claim together, and the router nacks.
+func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		consumer, id, err := i.identify(msg)
+		if err != nil {
+			return nil, i.reject(msg, consumer, err)
+		}
+		if tx, ok := wsql.TxFromContext(ctx); ok && i.cfg.subscriberTx {
+			// The subscriber commits its transaction on ack and rolls it back on nack; the claim rides along.
+			produced, _, err := i.apply(tx, msg, consumer, id, h)
+			return produced, err
+		}
+
+		tx, err := i.db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
+		}
+		committed := false
+		defer func() { // runs on a panic too, so a panicking handler leaves no claim behind
+			if !committed {
+				if err := rollbackErr(tx.Rollback()); err != nil {
+					i.cfg.logger.Error("Inbox rollback failed", err, logFields(msg, consumer, id))
+				}
+			}
+		}()
+		produced, duplicate, err := i.apply(tx, msg, consumer, id, h)
+		if err != nil || duplicate {
+			return produced, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
+		}
+		committed = true
+		return produced, nil
+	}
+}
+
+// apply claims (consumer, id) in tx and runs h if the claim is new. On a duplicate it returns the messages stored
+// when the message was first applied, and duplicate is true.
+func (i *Inbox) apply(tx *sql.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, duplicate bool, err error) {
+	ctx := msg.Context()
+	claimed, err := i.store.claim(ctx, tx, consumer, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if !claimed {
+		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
+		produced, err := i.store.produced(ctx, tx, consumer, id)
+		return produced, true, err
+	}
+
+	msg.SetContext(withClaim(ctx, tx, id))
+	defer msg.SetContext(ctx) // the transaction ends with this call; nothing after it may reach it
+	produced, err = h(msg)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(produced) > 0 {
+		stampEventIDs(produced, i.cfg.idKey)
+		if err := i.store.saveProduced(ctx, tx, consumer, id, produced); err != nil {
+			return nil, false, err
+		}
+	}
+	return produced, false, nil
+}
+
+func logFields(msg *message.Message, consumer, id string) watermill.LogFields {
+	return watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "event_id": id}
+}

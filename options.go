@@ -1,0 +1,126 @@
+package inbox
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+const (
+	// DefaultIDMetadataKey is the metadata key the event ID is read from unless WithIDMetadataKey says otherwise.
+	DefaultIDMetadataKey = "event_id"
+
+	// DefaultTable is the inbox table's name unless WithTable says otherwise.
+	DefaultTable = "watermill_inbox"
+
+	// DefaultMaxIDLength is the longest event ID, in bytes, that the inbox accepts unless WithMaxIDLength says
+	// otherwise. A producer's ID is a UUID, a ULID or a short composite key; anything much longer is a payload
+	// put in the wrong place, and every byte of it is stored in the primary key index for the whole retention window.
+	DefaultMaxIDLength = 255
+
+	// DefaultRejectDelay is how long the middleware waits before nacking a message it cannot apply (no or invalid
+	// event ID) when no dead-letter publisher is configured, unless WithRejectDelay says otherwise.
+	DefaultRejectDelay = 30 * time.Second
+)
+
+// Option configures an Inbox. Options are checked together by New (or Middleware, or Migrate), once.
+type Option func(*config)
+
+type config struct {
+	consumer     string
+	idKey        string
+	useUUID      bool
+	table        string
+	dlqPublisher message.Publisher
+	dlqTopic     string
+	dlqSet       bool
+	logger       watermill.LoggerAdapter
+	maxIDLength  int
+	rejectDelay  time.Duration
+	subscriberTx bool
+}
+
+// WithConsumer scopes the inbox to a fixed consumer name. By default each message is scoped to the name of the
+// Watermill handler that runs it, so two handlers of one topic each apply a message once. Give a fixed name when
+// a handler is renamed but must keep its history, or when several handlers must share one history.
+func WithConsumer(name string) Option { return func(c *config) { c.consumer = name } }
+
+// WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").
+func WithIDMetadataKey(key string) Option { return func(c *config) { c.idKey = key } }
+
+// WithMessageUUIDAsID uses Watermill's message UUID as the event ID instead of a metadata key. Use it only when the
+// producer sets the UUID itself and keeps it across retries and relays: a UUID that watermill generates on each
+// publish deduplicates nothing.
+func WithMessageUUIDAsID() Option { return func(c *config) { c.useUUID = true } }
+
+// WithTable stores the inbox in this table instead of DefaultTable ("watermill_inbox"). The name must be a plain
+// lower-case identifier of at most 48 characters (letters, digits, underscores; not starting with a digit); use
+// the connection's search_path to place it in another schema.
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithDeadLetter publishes messages that cannot be applied (no event ID, an invalid one) to topic, with the reason
+// in Watermill's poison-queue metadata keys, and then acks them. Without it such messages are nacked after the
+// reject delay and logged, so they are kept but block their partition until a dead-letter publisher is configured.
+func WithDeadLetter(pub message.Publisher, topic string) Option {
+	return func(c *config) { c.dlqPublisher, c.dlqTopic, c.dlqSet = pub, topic, true }
+}
+
+// WithLogger logs through l instead of discarding logs (watermill.NopLogger).
+func WithLogger(l watermill.LoggerAdapter) Option { return func(c *config) { c.logger = l } }
+
+// WithMaxIDLength accepts event IDs of up to n bytes instead of DefaultMaxIDLength (255). n must be between 1 and
+// 2000; PostgreSQL cannot index a key much longer than that.
+func WithMaxIDLength(n int) Option { return func(c *config) { c.maxIDLength = n } }
+
+// WithRejectDelay waits d before nacking an unusable message when no dead-letter publisher is configured, instead
+// of DefaultRejectDelay (30 s). It keeps a poison message from spinning in a hot redelivery loop. d must be
+// positive; the wait ends early when the message's context is cancelled.
+func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.rejectDelay = d } }
+
+// WithSubscriberTx decides whether the inbox joins the transaction of watermill-sql's subscriber when the message
+// carries one (the default, true). Turn it off when that subscriber reads from another database than the inbox's:
+// the inbox then opens its own transaction on its own database.
+func WithSubscriberTx(join bool) Option { return func(c *config) { c.subscriberTx = join } }
+
+// tableNamePattern admits only names that mean the same quoted or unquoted, so the shipped SQL files and the
+// queries agree on the table whatever tool applies them.
+var tableNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		idKey:        DefaultIDMetadataKey,
+		table:        DefaultTable,
+		logger:       watermill.NopLogger{},
+		maxIDLength:  DefaultMaxIDLength,
+		rejectDelay:  DefaultRejectDelay,
+		subscriberTx: true,
+	}
+	for _, opt := range opts {
+		opt(&c)
+	}
+	if c.logger == nil {
+		c.logger = watermill.NopLogger{}
+	}
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	switch {
+	case !c.useUUID && c.idKey == "":
+		return fmt.Errorf("%w: WithIDMetadataKey: the key is empty", ErrInvalidOption)
+	case !tableNamePattern.MatchString(c.table):
+		return fmt.Errorf("%w: WithTable(%q): want a lower-case identifier matching %s", ErrInvalidOption, c.table, tableNamePattern)
+	case c.dlqSet && c.dlqPublisher == nil:
+		return fmt.Errorf("%w: WithDeadLetter: the publisher is nil", ErrInvalidOption)
+	case c.dlqSet && c.dlqTopic == "":
+		return fmt.Errorf("%w: WithDeadLetter: the topic is empty", ErrInvalidOption)
+	case c.maxIDLength < 1 || c.maxIDLength > 2000:
+		return fmt.Errorf("%w: WithMaxIDLength(%d): want 1 to 2000 bytes", ErrInvalidOption, c.maxIDLength)
+	case c.rejectDelay <= 0:
+		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
+	}
+	return nil
+}

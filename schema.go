@@ -1,0 +1,147 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// migrationFiles are the inbox's versioned schema changes, the same files users may hand to their own migration
+// tool. They name the default table; Migrate substitutes the configured one.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one versioned schema change of the inbox table.
+type Migration struct {
+	// Version orders migrations; Migrate applies each once, in ascending order.
+	Version int
+	// Name is the file name's description, such as "inbox".
+	Name string
+	// Up and Down are the SQL that applies and reverts the change, for the configured table.
+	Up, Down string
+}
+
+// Migrations returns the inbox's schema changes for the table the options name, in order. Use it to feed the SQL to
+// a migration tool of your own; Migrate applies the same statements.
+func Migrations(opts ...Option) ([]Migration, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return migrations(c.table)
+}
+
+func migrations(table string) ([]Migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	out := make([]Migration, 0, len(names))
+	for _, up := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(up, "migrations/"), ".up.sql")
+		num, name, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: migration file %s: version is not a number", up)
+		}
+		upSQL, err := migrationFiles.ReadFile(up)
+		if err != nil {
+			return nil, err
+		}
+		downSQL, err := migrationFiles.ReadFile(strings.TrimSuffix(up, ".up.sql") + ".down.sql")
+		if err != nil {
+			return nil, err
+		}
+		// Only names matching tableNamePattern get here, and the files quote every identifier that starts with
+		// the default name, so this replacement cannot change anything but identifiers.
+		rename := func(b []byte) string { return strings.ReplaceAll(string(b), DefaultTable, table) }
+		out = append(out, Migration{Version: version, Name: name, Up: rename(upSQL), Down: rename(downSQL)})
+	}
+	return out, nil
+}
+
+// Migrate creates or upgrades the inbox table that the options name (DefaultTable unless WithTable is given),
+// applying each migration once, and records the applied versions in a table named after it with a _migrations
+// suffix. Many instances may call it at once: a transaction-scoped advisory lock derived from the table name
+// makes them take turns, and each finds the work done by the one before.
+func Migrate(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
+	if db == nil {
+		return fmt.Errorf("%w: Migrate: db is nil", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	ms, err := migrations(c.table)
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("inbox: migrate: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, rollbackErr(tx.Rollback()))
+			return
+		}
+		if err = tx.Commit(); err != nil {
+			err = fmt.Errorf("inbox: migrate: commit: %w", err)
+		}
+	}()
+
+	// The lock ends with the transaction, so a crashed migrator cannot leave it held.
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(c.table)); err != nil {
+		return fmt.Errorf("inbox: migrate: lock: %w", err)
+	}
+	versions := c.table + "_migrations"
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS "`+versions+`" (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return fmt.Errorf("inbox: migrate: create %s: %w", versions, err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM "`+versions+`"`).Scan(&current); err != nil {
+		return fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
+	}
+	for _, m := range ms {
+		if m.Version <= current {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
+			return fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, c.table, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO "`+versions+`" (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	return nil
+}
+
+// migrationLockKey derives the advisory lock key from the table name, so migrations of two inbox tables do not wait
+// for each other. The prefix keeps the key apart from other users of advisory locks hashing the same name.
+func migrationLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("watermill-inbox:migrate:" + table))
+	return int64(h.Sum64())
+}
+
+// rollbackErr drops the error a rollback reports for a transaction that database/sql already ended (because its
+// context was cancelled), which is no failure.
+func rollbackErr(err error) error {
+	if err == nil || errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return fmt.Errorf("inbox: rollback: %w", err)
+}
