@@ -1,0 +1,410 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestMiddleware_OneLineUsageCompiles(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddMiddleware(inbox.Middleware(b.db)) // the README's line, exactly
+	require.NoError(t, router.Close())
+}
+
+func TestMiddleware_EventID(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReadsTheIDFromEventIDMetadataByDefault", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		var calls atomic.Int64
+		h := ib.Middleware(b.credit(100, &calls))
+		for range 3 {
+			_, err := h(newMsg("evt-1")) // three UUIDs, one event ID
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 1, calls.Load())
+		require.Equal(t, 100, b.balance(t))
+	})
+
+	t.Run("ReadsTheIDFromAConfiguredMetadataKey", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithIDMetadataKey("idempotency_key"))
+		h := ib.Middleware(b.credit(100, nil))
+		for _, eventID := range []string{"a", "b", "a"} {
+			msg := newMsg("ignored-because-another-key-is-configured")
+			msg.Metadata.Set("idempotency_key", eventID)
+			_, err := h(msg)
+			require.NoError(t, err)
+		}
+		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 2, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("UsesTheMessageUUIDOnlyWhenAskedTo", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithMessageUUIDAsID())
+		h := ib.Middleware(b.credit(100, nil))
+		first := newMsg("evt-1")
+		_, err := h(first)
+		require.NoError(t, err)
+		again := message.NewMessage(first.UUID, first.Payload) // same UUID, no event_id metadata
+		again.SetContext(context.Background())
+		_, err = h(again)
+		require.NoError(t, err)
+		_, err = h(newMsg("evt-1")) // same event_id, other UUID: a different message in this mode
+		require.NoError(t, err)
+		require.Equal(t, 200, b.balance(t))
+	})
+
+	t.Run("HandsTheClaimedIDToTheHandler", func(t *testing.T) {
+		t.Parallel()
+		ib, _ := setup(t)
+		var seen string
+		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			seen, _ = inbox.EventIDFromContext(msg.Context())
+			return nil, nil
+		})(newMsg("evt-7"))
+		require.NoError(t, err)
+		require.Equal(t, "evt-7", seen)
+	})
+}
+
+func TestMiddleware_ScopesTheInboxPerConsumer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TwoHandlersOfOneTopicEachApplyAMessageOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		pubsub := newGoChannel(t)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		// No WithConsumer: each handler's name scopes its own history.
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+		var walletCalls, auditCalls atomic.Int64
+		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &walletCalls)))
+		router.AddNoPublisherHandler("audit", "deposits", pubsub, noPublish(b.credit(1, &auditCalls)))
+		runRouter(t, router)
+
+		for range 2 {
+			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
+		}
+		require.Eventually(t, func() bool { return len(b.logs.find("skipped duplicate")) == 2 }, 10*time.Second, 10*time.Millisecond)
+		require.EqualValues(t, 1, walletCalls.Load())
+		require.EqualValues(t, 1, auditCalls.Load())
+		require.Equal(t, 101, b.balance(t))
+		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 1, b.rows(t, "audit"))
+	})
+
+	t.Run("AFixedConsumerNameOverridesTheHandlerName", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithConsumer("ledger"))
+		_, err := ib.Middleware(b.credit(100, nil))(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 1, b.rows(t, "ledger"))
+	})
+
+	t.Run("RefusesToRunWithoutAnyConsumerName", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithRejectDelay(time.Millisecond))
+		require.NoError(t, err)
+		var calls atomic.Int64
+		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1")) // no router, so no handler name
+		require.ErrorIs(t, err, inbox.ErrNoConsumer)
+		require.Zero(t, calls.Load())
+	})
+}
+
+func TestMiddleware_OneTransaction(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TheEffectAndTheRowAreCommittedWhenTheMiddlewareReturns", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		var inTxBalance int
+		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(100, nil)(msg); err != nil {
+				return nil, err
+			}
+			// Not visible to another connection before the commit: the effect is inside the claim's transaction.
+			require.NoError(t, b.db.QueryRow(`SELECT balance FROM `+b.accounts+` WHERE id = 1`).Scan(&inTxBalance))
+			require.Equal(t, 0, b.rows(t, "wallet-credits"))
+			return nil, nil
+		})(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 0, inTxBalance)
+		// Visible as soon as the middleware returned, which is when the router acks.
+		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("TheRouterAcksOnlyAfterTheCommit", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		pubsub := newGoChannel(t)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		rowAtAck := make(chan int, 1)
+		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
+			go func() { // observes the ack from outside the handler, as the broker would
+				<-msg.Acked()
+				var n int
+				_ = b.db.QueryRow(`SELECT count(*) FROM `+b.table).Scan(&n)
+				rowAtAck <- n
+			}()
+			_, err := b.credit(100, nil)(msg)
+			return err
+		})
+		runRouter(t, router)
+		require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
+		select {
+		case n := <-rowAtAck:
+			require.Equal(t, 1, n, "the inbox row must be committed when the message is acked")
+		case <-time.After(10 * time.Second):
+			t.Fatal("message was never acked")
+		}
+	})
+}
+
+func TestMiddleware_Duplicate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("IsSkippedLoggedAndAcked", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		var calls atomic.Int64
+		h := ib.Middleware(b.credit(100, &calls))
+		_, err := h(newMsg("evt-2"))
+		require.NoError(t, err)
+		produced, err := h(newMsg("evt-2"))
+		require.NoError(t, err, "a duplicate returns nil, so the router acks it and the offset moves on")
+		require.Empty(t, produced)
+		require.EqualValues(t, 1, calls.Load())
+		require.Equal(t, 100, b.balance(t))
+
+		skips := b.logs.find("skipped duplicate")
+		require.Len(t, skips, 1)
+		require.Equal(t, "info", skips[0].level)
+		require.Equal(t, "wallet-credits", skips[0].fields["consumer"])
+		require.Equal(t, "evt-2", skips[0].fields["event_id"])
+	})
+}
+
+func TestMiddleware_HandlerFailure(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AnErrorRollsBackTheEffectAndTheRowAndIsReturnedForANack", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		boom := errors.New("provider said no")
+		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(100, nil)(msg); err != nil {
+				return nil, err
+			}
+			return nil, boom
+		})(newMsg("evt-1"))
+		require.ErrorIs(t, err, boom)
+		require.Equal(t, 0, b.balance(t))
+		require.Equal(t, 0, b.rows(t, "wallet-credits"))
+
+		// The redelivery is applied: nothing of the failed attempt remembers the ID.
+		_, err = ib.Middleware(b.credit(100, nil))(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 100, b.balance(t))
+	})
+
+	t.Run("APanicRollsBackTheEffectAndTheRowAndReachesTheRouter", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(100, nil)(msg); err != nil {
+				return nil, err
+			}
+			panic("handler bug")
+		})
+		require.PanicsWithValue(t, "handler bug", func() { _, _ = h(newMsg("evt-1")) })
+		require.Equal(t, 0, b.balance(t))
+		require.Equal(t, 0, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("APanicUnderTheRouterIsNackedAndRedelivered", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		pubsub := newGoChannel(t)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		var calls atomic.Int64
+		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
+			if _, err := b.credit(100, &calls)(msg); err != nil {
+				return err
+			}
+			if calls.Load() == 1 {
+				panic("first delivery panics")
+			}
+			return nil
+		})
+		runRouter(t, router)
+		require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1"))) // returns once the message is acked
+		require.EqualValues(t, 2, calls.Load())
+		require.Equal(t, 100, b.balance(t))
+	})
+}
+
+func TestMiddleware_AFailedCommitIsNackedAndAppliesNothing(t *testing.T) {
+	t.Parallel()
+	ib, b := setup(t)
+	// A deferred constraint is checked at COMMIT, so the handler and the claim succeed and the commit fails.
+	limits := b.table + "_limits"
+	_, err := b.db.Exec(`CREATE TABLE ` + limits + ` (id int, CONSTRAINT one_credit UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE ` + limits) })
+
+	_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := b.credit(100, nil)(msg); err != nil {
+			return nil, err
+		}
+		tx, _ := inbox.TxFromContext(msg.Context())
+		_, err := tx.ExecContext(msg.Context(), `INSERT INTO `+limits+` VALUES (1), (1)`)
+		return nil, err
+	})(newMsg("evt-1"))
+	require.ErrorContains(t, err, "inbox: commit wallet-credits/evt-1")
+	require.Equal(t, 0, b.balance(t))
+	require.Equal(t, 0, b.rows(t, "wallet-credits"))
+}
+
+func TestMiddleware_RacingCopiesApplyExactlyOnce(t *testing.T) {
+	t.Parallel()
+	ib, b := setup(t)
+	var calls atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		time.Sleep(50 * time.Millisecond) // holds the claim while the other copies arrive and wait on it
+		return b.credit(100, &calls)(msg)
+	})
+	const copies = 8
+	start := make(chan struct{})
+	errs := make(chan error, copies)
+	var wg sync.WaitGroup
+	for range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := h(newMsg("evt-race"))
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, calls.Load())
+	require.Equal(t, 100, b.balance(t))
+	require.Len(t, b.logs.find("skipped duplicate"), copies-1)
+}
+
+func TestMiddleware_ContextCancellation(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CancelledMidHandlerRollsBackAndNacks", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		msg := newMsg("evt-1")
+		msg.SetContext(ctx)
+		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(100, nil)(msg); err != nil {
+				return nil, err
+			}
+			cancel()
+			<-msg.Context().Done()
+			return nil, msg.Context().Err()
+		})(msg)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, 0, b.balance(t))
+		require.Equal(t, 0, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("CancelledAfterTheHandlerReturnedNilDoesNotCommit", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		msg := newMsg("evt-1")
+		msg.SetContext(ctx)
+		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			_, err := b.credit(100, nil)(msg)
+			cancel()
+			return nil, err
+		})(msg)
+		require.Error(t, err)
+		require.Equal(t, 0, b.balance(t))
+		require.Equal(t, 0, b.rows(t, "wallet-credits"))
+	})
+}
+
+func TestMiddleware_MissingSchemaIsReportedAsSuch(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	ib, err := inbox.New(db, inbox.WithTable(uniqueName("never_migrated")), inbox.WithConsumer("c"))
+	require.NoError(t, err)
+	_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
+	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+}
+
+func TestNew_RejectsInvalidOptionsAtConstruction(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	cases := map[string][]inbox.Option{
+		"EmptyMetadataKey":        {inbox.WithIDMetadataKey("")},
+		"TableWithSQL":            {inbox.WithTable("inbox; DROP TABLE accounts")},
+		"UpperCaseTable":          {inbox.WithTable("Inbox")},
+		"TableTooLong":            {inbox.WithTable(strings.Repeat("a", 49))},
+		"DeadLetterWithoutTopic":  {inbox.WithDeadLetter(&recordingPublisher{}, "")},
+		"DeadLetterWithNilPub":    {inbox.WithDeadLetter(nil, "dlq")},
+		"ZeroMaxIDLength":         {inbox.WithMaxIDLength(0)},
+		"MaxIDLengthPastTheIndex": {inbox.WithMaxIDLength(5000)},
+		"NegativeRejectDelay":     {inbox.WithRejectDelay(-time.Second)},
+	}
+	for name, opts := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := inbox.New(db, opts...)
+			require.ErrorIs(t, err, inbox.ErrInvalidOption)
+			require.Panics(t, func() { inbox.Middleware(db, opts...) })
+		})
+	}
+	t.Run("NilDB", func(t *testing.T) {
+		_, err := inbox.New(nil)
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+	})
+	t.Run("UUIDModeNeedsNoMetadataKey", func(t *testing.T) {
+		_, err := inbox.New(db, inbox.WithMessageUUIDAsID(), inbox.WithIDMetadataKey(""))
+		require.NoError(t, err)
+	})
+}
+
+// noPublish adapts a HandlerFunc to the no-publisher handler signature.
+func noPublish(h message.HandlerFunc) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		_, err := h(msg)
+		return err
+	}
+}

@@ -1,0 +1,231 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	_ "github.com/lib/pq"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// testDSN is the PostgreSQL the tests run against: INBOX_TEST_DATABASE_URL, or this machine's default.
+func testDSN() string {
+	if dsn := os.Getenv("INBOX_TEST_DATABASE_URL"); dsn != "" {
+		return dsn
+	}
+	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// openDB connects to the test database and fails the test, loudly, when it cannot: these tests prove behaviour
+// against the real PostgreSQL and mean nothing without it.
+func openDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("postgres", testDSN())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL, or start it with "+
+			"`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`): %v", testDSN(), err)
+	}
+	db.SetMaxOpenConns(20)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+var tableSeq atomic.Int64
+
+// uniqueName returns a table name no other test, or test process, uses at the same time.
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
+}
+
+// testBundle is what a test needs around the Inbox under test: its database, its tables, and what it logged.
+type testBundle struct {
+	db       *sql.DB
+	table    string // the inbox table
+	accounts string // a side-effect table: id, balance
+	logs     *recordingLogger
+	opts     []inbox.Option // the options the Inbox was built with, to build another over the same table
+}
+
+// setup migrates a fresh inbox table and an accounts table with account 1 at balance 0, and returns an Inbox over
+// them built with opts (plus the table, a fixed consumer name and a recording logger, which opts may override).
+func setup(t *testing.T, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
+	t.Helper()
+	b := newBundle(t)
+	b.opts = append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs)}, opts...)
+	ib, err := inbox.New(b.db, b.opts...)
+	require.NoError(t, err)
+	return ib, b
+}
+
+// newBundle creates the tables of a test without building an Inbox, for tests that build their own.
+func newBundle(t *testing.T) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &testBundle{db: openDB(t), table: uniqueName("inbox_test"), logs: &recordingLogger{}}
+	b.accounts = b.table + "_accounts"
+	require.NoError(t, inbox.Migrate(ctx, b.db, inbox.WithTable(b.table)))
+	_, err := b.db.ExecContext(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL)`)
+	require.NoError(t, err)
+	_, err = b.db.ExecContext(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, tbl := range []string{b.accounts, b.table, b.table + "_migrations"} {
+			_, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + tbl)
+		}
+	})
+	return b
+}
+
+// credit is a handler whose side effect is not idempotent: every run adds amount to account 1.
+func (b *testBundle) credit(amount int, calls *atomic.Int64) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if calls != nil {
+			calls.Add(1)
+		}
+		tx, ok := inbox.TxFromContext(msg.Context())
+		if !ok {
+			return nil, fmt.Errorf("no inbox transaction in the handler's context")
+		}
+		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
+		return nil, err
+	}
+}
+
+func (b *testBundle) balance(t testing.TB) int {
+	t.Helper()
+	var balance int
+	require.NoError(t, b.db.QueryRow(`SELECT balance FROM `+b.accounts+` WHERE id = 1`).Scan(&balance))
+	return balance
+}
+
+// rows counts the inbox rows of consumer.
+func (b *testBundle) rows(t testing.TB, consumer string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+` WHERE consumer = $1`, consumer).Scan(&n))
+	return n
+}
+
+// newMsg returns a message carrying eventID under the default metadata key, with a fresh UUID as a broker's
+// redelivery or a relay's republish would not necessarily keep.
+func newMsg(eventID string) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
+	msg.Metadata.Set(inbox.DefaultIDMetadataKey, eventID)
+	msg.SetContext(context.Background())
+	return msg
+}
+
+// recordingLogger keeps what the inbox logs, so tests can check what an operator would see.
+type recordingLogger struct {
+	mu      sync.Mutex
+	entries []logEntry
+	fields  watermill.LogFields
+}
+
+type logEntry struct {
+	level  string
+	msg    string
+	err    error
+	fields watermill.LogFields
+}
+
+func (l *recordingLogger) log(level, msg string, err error, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, logEntry{level, msg, err, l.fields.Add(fields)})
+}
+
+func (l *recordingLogger) Error(msg string, err error, fields watermill.LogFields) {
+	l.log("error", msg, err, fields)
+}
+func (l *recordingLogger) Info(msg string, fields watermill.LogFields)  { l.log("info", msg, nil, fields) }
+func (l *recordingLogger) Debug(msg string, fields watermill.LogFields) { l.log("debug", msg, nil, fields) }
+func (l *recordingLogger) Trace(msg string, fields watermill.LogFields) { l.log("trace", msg, nil, fields) }
+func (l *recordingLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return &recordingLogger{fields: l.fields.Add(fields)}
+}
+
+// find returns the entries whose message contains text.
+func (l *recordingLogger) find(text string) []logEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []logEntry
+	for _, e := range l.entries {
+		if strings.Contains(e.msg, text) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// recordingPublisher keeps what is published to it, and fails the first failFirst publishes.
+type recordingPublisher struct {
+	mu        sync.Mutex
+	failFirst int
+	attempts  int
+	published map[string][]*message.Message
+}
+
+func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.attempts++
+	if p.attempts <= p.failFirst {
+		return fmt.Errorf("publish attempt %d: broker unavailable", p.attempts)
+	}
+	if p.published == nil {
+		p.published = map[string][]*message.Message{}
+	}
+	for _, m := range msgs {
+		p.published[topic] = append(p.published[topic], m.Copy())
+	}
+	return nil
+}
+
+func (p *recordingPublisher) Close() error { return nil }
+
+func (p *recordingPublisher) messages(topic string) []*message.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*message.Message(nil), p.published[topic]...)
+}
+
+// newGoChannel returns Watermill's in-memory pub/sub, set so that Publish returns only once every subscriber has
+// acked the message: a test's Publish then waits for redeliveries after nacks too.
+func newGoChannel(t testing.TB) *gochannel.GoChannel {
+	t.Helper()
+	ps := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = ps.Close() })
+	return ps
+}
+
+// runRouter runs router until the test ends, and returns once it is running.
+func runRouter(t testing.TB, router *message.Router) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- router.Run(context.Background()) }()
+	select {
+	case <-router.Running():
+	case err := <-done:
+		t.Fatalf("router stopped before it ran: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = router.Close()
+		<-done
+	})
+}
