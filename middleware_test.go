@@ -166,7 +166,7 @@ func TestMiddleware_OneTransaction(t *testing.T) {
 			go func() { // observes the ack from outside the handler, as the broker would
 				<-msg.Acked()
 				var n int
-				_ = b.db.QueryRow(`SELECT count(*) FROM `+b.table).Scan(&n)
+				_ = b.db.QueryRow(`SELECT count(*) FROM ` + b.table).Scan(&n)
 				rowAtAck <- n
 			}()
 			_, err := b.credit(100, nil)(msg)

@@ -153,9 +153,15 @@ func (l *recordingLogger) log(level, msg string, err error, fields watermill.Log
 func (l *recordingLogger) Error(msg string, err error, fields watermill.LogFields) {
 	l.log("error", msg, err, fields)
 }
-func (l *recordingLogger) Info(msg string, fields watermill.LogFields)  { l.log("info", msg, nil, fields) }
-func (l *recordingLogger) Debug(msg string, fields watermill.LogFields) { l.log("debug", msg, nil, fields) }
-func (l *recordingLogger) Trace(msg string, fields watermill.LogFields) { l.log("trace", msg, nil, fields) }
+func (l *recordingLogger) Info(msg string, fields watermill.LogFields) {
+	l.log("info", msg, nil, fields)
+}
+func (l *recordingLogger) Debug(msg string, fields watermill.LogFields) {
+	l.log("debug", msg, nil, fields)
+}
+func (l *recordingLogger) Trace(msg string, fields watermill.LogFields) {
+	l.log("trace", msg, nil, fields)
+}
 func (l *recordingLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return &recordingLogger{fields: l.fields.Add(fields)}
 }
