@@ -20,6 +20,14 @@ type store struct {
 	saveSQL     string
 }
 
+// Savepoint statements, for a claim made inside watermill-sql's subscriber transaction. The name is fixed: the
+// middleware never nests them.
+const (
+	savepointSQL         = `SAVEPOINT watermill_inbox_claim`
+	rollbackSavepointSQL = `ROLLBACK TO SAVEPOINT watermill_inbox_claim`
+	releaseSavepointSQL  = `RELEASE SAVEPOINT watermill_inbox_claim`
+)
+
 func newStore(table string) *store {
 	q := func(s string) string { return strings.ReplaceAll(s, "{table}", table) }
 	return &store{

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 
@@ -26,9 +27,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, i.reject(msg, consumer, err)
 		}
 		if tx, ok := wsql.TxFromContext(ctx); ok && i.cfg.subscriberTx {
-			// The subscriber commits its transaction on ack and rolls it back on nack; the claim rides along.
-			produced, _, err := i.apply(tx, msg, consumer, id, h)
-			return produced, err
+			return i.applyInSubscriberTx(tx, msg, consumer, id, h) // commits on the subscriber's ack
 		}
 
 		tx, err := i.db.BeginTx(ctx, nil)
@@ -86,4 +85,33 @@ func (i *Inbox) apply(tx *sql.Tx, msg *message.Message, consumer, id string, h m
 
 func logFields(msg *message.Message, consumer, id string) watermill.LogFields {
 	return watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "event_id": id}
+}
+
+// applyInSubscriberTx runs apply in a savepoint of watermill-sql's subscriber transaction, which that subscriber
+// commits after the ack. Its v3 subscriber redelivers a nacked message in the same transaction instead of rolling
+// it back, so without the savepoint a failed attempt's claim and writes would commit with the redelivery, and one
+// failed statement would leave every redelivery in an aborted transaction. Rolling back to the savepoint before
+// the nack undoes both.
+func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+	ctx := msg.Context()
+	if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
+		return nil, fmt.Errorf("inbox: savepoint %s/%s: %w", consumer, id, err)
+	}
+	released := false
+	defer func() { // runs on a panic too
+		if !released {
+			if _, err := tx.ExecContext(context.WithoutCancel(ctx), rollbackSavepointSQL); rollbackErr(err) != nil {
+				i.cfg.logger.Error("Inbox rollback to savepoint failed", err, logFields(msg, consumer, id))
+			}
+		}
+	}()
+	produced, _, err := i.apply(tx, msg, consumer, id, h)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, releaseSavepointSQL); err != nil {
+		return nil, fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)
+	}
+	released = true
+	return produced, nil
 }

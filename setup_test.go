@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "github.com/lib/pq"
@@ -234,4 +235,45 @@ func runRouter(t testing.TB, router *message.Router) {
 		_ = router.Close()
 		<-done
 	})
+}
+
+// newSQLTopic returns a topic name of watermill-sql's PostgreSQL pub/sub that no other test uses, and drops its
+// tables when the test ends.
+func newSQLTopic(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	topic := uniqueName("inbox_topic")
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS "watermill_` + topic + `"`)
+		_, _ = db.Exec(`DROP TABLE IF EXISTS "watermill_offsets_` + topic + `"`)
+	})
+	return topic
+}
+
+// newSQLPublisher publishes to watermill-sql's PostgreSQL pub/sub: a durable broker that redelivers what was not
+// acked, also to a new process.
+func newSQLPublisher(t testing.TB, db *sql.DB) *wsql.Publisher {
+	t.Helper()
+	pub, err := wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true}, nil)
+	require.NoError(t, err)
+	return pub
+}
+
+// newSQLSubscriber subscribes to watermill-sql's PostgreSQL pub/sub as consumer group group.
+func newSQLSubscriber(t testing.TB, db *sql.DB, group string) *wsql.Subscriber {
+	t.Helper()
+	sub, err := wsql.NewSubscriber(db, sqlSubscriberConfig(group), nil)
+	require.NoError(t, err)
+	return sub
+}
+
+func sqlSubscriberConfig(group string) wsql.SubscriberConfig {
+	return wsql.SubscriberConfig{
+		ConsumerGroup:    group,
+		SchemaAdapter:    wsql.DefaultPostgreSQLSchema{},
+		OffsetsAdapter:   wsql.DefaultPostgreSQLOffsetsAdapter{},
+		InitializeSchema: true,
+		PollInterval:     20 * time.Millisecond,
+		ResendInterval:   20 * time.Millisecond,
+		RetryInterval:    20 * time.Millisecond,
+	}
 }

@@ -1,0 +1,139 @@
+package inbox_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TheInboxJoinsTheSubscribersTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		topic := newSQLTopic(t, b.db)
+		pub := newSQLPublisher(t, b.db)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+		var calls, sameTx atomic.Int64
+		router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+			ours, _ := inbox.TxFromContext(msg.Context())
+			theirs, ok := wsql.TxFromContext(msg.Context())
+			if ok && ours == theirs {
+				sameTx.Add(1)
+			}
+			_, err := b.credit(100, &calls)(msg)
+			return err
+		})
+		runRouter(t, router)
+
+		require.NoError(t, pub.Publish(topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2")))
+		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && len(b.logs.find("skipped duplicate")) == 1 },
+			10*time.Second, 20*time.Millisecond)
+		require.EqualValues(t, 2, calls.Load())
+		require.EqualValues(t, 2, sameTx.Load(), "the handler must see the subscriber's transaction, not a second one")
+		require.Equal(t, 200, b.balance(t))
+	})
+
+	t.Run("AHandlerErrorRollsBackTheSubscribersTransactionWithTheClaim", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		topic := newSQLTopic(t, b.db)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		var calls atomic.Int64
+		router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+			if _, err := b.credit(100, &calls)(msg); err != nil {
+				return err
+			}
+			if calls.Load() == 1 {
+				return errors.New("first attempt fails after its write")
+			}
+			return nil
+		})
+		runRouter(t, router)
+
+		require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
+		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+		require.EqualValues(t, 2, calls.Load())
+		require.Equal(t, 100, b.balance(t))
+	})
+}
+
+func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *testing.T) {
+	t.Parallel()
+	// watermill-sql v3 resends a nacked message within the transaction it already holds. A failed statement aborts
+	// that transaction; the inbox's savepoint must leave the redelivery a working one.
+	b := newBundle(t)
+	topic := newSQLTopic(t, b.db)
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	var calls atomic.Int64
+	router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+		if calls.Add(1) == 1 {
+			tx, _ := inbox.TxFromContext(msg.Context())
+			_, err := tx.ExecContext(msg.Context(), `SELECT 1/0`)
+			return err
+		}
+		_, err := b.credit(100, nil)(msg)
+		return err
+	})
+	runRouter(t, router)
+
+	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
+	require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.EqualValues(t, 2, calls.Load())
+	require.Equal(t, 100, b.balance(t))
+}
+
+func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	for name, join := range map[string]bool{"OwnTransaction": false, "SubscribersTransaction": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			topic := newSQLTopic(t, b.db)
+			mw := inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithSubscriberTx(join))
+
+			first, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+			require.NoError(t, err)
+			first.AddMiddleware(mw)
+			started := make(chan struct{})
+			first.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+				if _, err := b.credit(100, nil)(msg); err != nil {
+					return err
+				}
+				close(started)
+				<-msg.Context().Done() // a long call, interrupted by the shutdown
+				return msg.Context().Err()
+			})
+			runRouter(t, first)
+			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
+			<-started
+			require.NoError(t, first.Close())
+			require.Equal(t, 0, b.balance(t))
+			require.Equal(t, 0, b.rows(t, "wallet-credits"))
+
+			// The next process gets the message again and applies it, once.
+			second, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			second.AddMiddleware(mw)
+			second.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), noPublish(b.credit(100, nil)))
+			runRouter(t, second)
+			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+			require.Equal(t, 100, b.balance(t))
+		})
+	}
+}
