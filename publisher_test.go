@@ -1,0 +1,57 @@
+package inbox_test
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestEventIDPublisher(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StampsTheUUIDWhenTheProducerSetNoID", func(t *testing.T) {
+		t.Parallel()
+		rec := &recordingPublisher{}
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		require.NoError(t, inbox.EventIDPublisher(rec, "").Publish("deposits", msg))
+		require.Equal(t, msg.UUID, rec.messages("deposits")[0].Metadata.Get(inbox.DefaultIDMetadataKey))
+	})
+
+	t.Run("KeepsAnIDTheProducerSet", func(t *testing.T) {
+		t.Parallel()
+		rec := &recordingPublisher{}
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		msg.Metadata.Set("idempotency_key", "order-42-paid")
+		require.NoError(t, inbox.EventIDPublisher(rec, "idempotency_key").Publish("deposits", msg))
+		require.Equal(t, "order-42-paid", rec.messages("deposits")[0].Metadata.Get("idempotency_key"))
+	})
+
+	t.Run("ARetriedPublishCarriesTheSameIDAndIsAppliedOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		pubsub := newGoChannel(t)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		var calls atomic.Int64
+		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &calls)))
+		runRouter(t, router)
+
+		pub := inbox.EventIDPublisher(pubsub, "")
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"amount":100}`))
+		require.NoError(t, pub.Publish("deposits", msg))
+		// The producer did not learn that the first publish landed (a timeout, say) and sends the message again.
+		// A broker copy gets a new UUID on the way in, as a relay's resend would: only the stamped ID links them.
+		again := message.NewMessage(watermill.NewUUID(), msg.Payload)
+		again.Metadata.Set(inbox.DefaultIDMetadataKey, msg.Metadata.Get(inbox.DefaultIDMetadataKey))
+		require.NoError(t, pub.Publish("deposits", again))
+
+		require.EqualValues(t, 1, calls.Load())
+		require.Equal(t, 100, b.balance(t))
+	})
+}

@@ -1,0 +1,105 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ManyInstancesStartingAtOnceApplyEachVersionOnce", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := uniqueName("inbox_test")
+		t.Cleanup(func() {
+			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table)
+			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_migrations`)
+		})
+		const instances = 8
+		errs := make(chan error, instances)
+		var wg sync.WaitGroup
+		for range instances {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		ms, err := inbox.Migrations(inbox.WithTable(table))
+		require.NoError(t, err)
+		var applied int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_migrations`).Scan(&applied))
+		require.Equal(t, len(ms), applied)
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table).Scan(&n), "the inbox table exists")
+	})
+
+	t.Run("RunningAgainChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table)))
+		require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table)))
+	})
+
+	t.Run("RejectsAnInvalidTableNameBeforeAnySQL", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		for _, name := range []string{`x"; DROP TABLE accounts; --`, "Inbox", "1inbox", "inbox-table", "", "public.inbox"} {
+			err := inbox.Migrate(context.Background(), db, inbox.WithTable(name))
+			require.ErrorIs(t, err, inbox.ErrInvalidOption, name)
+		}
+	})
+
+	t.Run("DownRevertsUp", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := uniqueName("inbox_test")
+		ms, err := inbox.Migrations(inbox.WithTable(table))
+		require.NoError(t, err)
+		for _, m := range ms {
+			_, err := db.Exec(m.Up)
+			require.NoError(t, err)
+		}
+		for i := len(ms) - 1; i >= 0; i-- {
+			_, err := db.Exec(ms[i].Down)
+			require.NoError(t, err)
+		}
+		var exists bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists))
+		require.False(t, exists)
+	})
+}
+
+func TestMigrations_AreTheShippedFilesForTheConfiguredTable(t *testing.T) {
+	t.Parallel()
+	ms, err := inbox.Migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	for i, m := range ms {
+		require.Equal(t, i+1, m.Version, "versions are consecutive from 1")
+		file, err := os.ReadFile(fmt.Sprintf("migrations/%03d_%s.up.sql", m.Version, m.Name))
+		require.NoError(t, err)
+		require.Equal(t, string(file), m.Up, "the default table's migration is the file users apply themselves")
+	}
+
+	custom, err := inbox.Migrations(inbox.WithTable("billing_inbox"))
+	require.NoError(t, err)
+	for _, m := range custom {
+		require.NotContains(t, m.Up, inbox.DefaultTable)
+		require.NotContains(t, m.Down, inbox.DefaultTable)
+	}
+	require.Contains(t, custom[0].Up, `CREATE TABLE IF NOT EXISTS "billing_inbox"`)
+}
