@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,6 +21,8 @@ const (
 	HandlerKey = "handler_poisoned"
 	// SubscriberKey holds the name of the subscriber it came from.
 	SubscriberKey = "subscriber_poisoned"
+	// AttemptsKey holds, in lease mode, how many times the handler ran before the message was dead-lettered.
+	AttemptsKey = "attempts_poisoned"
 )
 
 // reject disposes of a message the inbox cannot apply, so that it is neither applied without deduplication nor
@@ -34,18 +37,45 @@ func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error
 		return sleepThen(ctx, i.cfg.rejectDelay, cause)
 	}
 
+	if err := i.deadLetter(msg, cause, nil); err != nil {
+		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
+		return sleepThen(ctx, i.cfg.rejectDelay, err)
+	}
+	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
+	i.cfg.observer.DeadLettered(consumer, reasonLabel(cause))
+	return nil
+}
+
+// deadLetter publishes a copy of msg to the dead-letter topic with cause and extra in its metadata.
+func (i *Inbox) deadLetter(msg *message.Message, cause error, extra map[string]string) error {
+	ctx := msg.Context()
 	dead := msg.Copy()
 	dead.Metadata.Set(ReasonKey, cause.Error())
 	dead.Metadata.Set(TopicKey, message.SubscribeTopicFromCtx(ctx))
 	dead.Metadata.Set(HandlerKey, message.HandlerNameFromCtx(ctx))
 	dead.Metadata.Set(SubscriberKey, message.SubscriberNameFromCtx(ctx))
-	if err := i.cfg.dlqPublisher.Publish(i.cfg.dlqTopic, dead); err != nil {
-		err = fmt.Errorf("inbox: dead-letter message %s to %s: %w (reason: %w)", msg.UUID, i.cfg.dlqTopic, err, cause)
-		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
-		return sleepThen(ctx, i.cfg.rejectDelay, err)
+	for k, v := range extra {
+		dead.Metadata.Set(k, v)
 	}
-	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
+	if err := i.cfg.dlqPublisher.Publish(i.cfg.dlqTopic, dead); err != nil {
+		return fmt.Errorf("inbox: dead-letter message %s to %s: %w (reason: %w)", msg.UUID, i.cfg.dlqTopic, err, cause)
+	}
 	return nil
+}
+
+// reasonLabel names the sentinel behind a dead letter, for a metric label: a bounded set, unlike error texts.
+func reasonLabel(err error) string {
+	switch {
+	case errors.Is(err, ErrMissingEventID):
+		return "missing_id"
+	case errors.Is(err, ErrInvalidEventID):
+		return "invalid_id"
+	case errors.Is(err, ErrAttemptsExhausted):
+		return "attempts_exhausted"
+	case errors.Is(err, ErrNoConsumer):
+		return "no_consumer"
+	}
+	return "other"
 }
 
 // sleepThen waits d, or less if ctx ends first, and returns err: the delay belongs to the nack that err causes.

@@ -22,3 +22,14 @@ var ErrNoConsumer = errors.New("inbox: no consumer name: set WithConsumer or run
 
 // ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in migrations/.
 var ErrSchemaMissing = errors.New("inbox: inbox table does not exist (run inbox.Migrate)")
+
+// ErrLeaseHeld reports, in lease mode, a message whose lease another consumer holds: it may still succeed, or die
+// and let its lease run out. The middleware returns it, after a delay, so the router nacks the copy for later.
+var ErrLeaseHeld = errors.New("inbox: lease is held by another consumer")
+
+// ErrLeaseLost reports, in lease mode, a holder whose lease was taken over after it expired: its writes to the
+// inbox row are refused, so it cannot overwrite the new holder's state.
+var ErrLeaseLost = errors.New("inbox: lease lost to another consumer")
+
+// ErrAttemptsExhausted reports, in lease mode, a message whose handler failed on every allowed attempt.
+var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -17,7 +18,14 @@ type store struct {
 	table       string
 	claimSQL    string
 	producedSQL string
-	saveSQL     string
+	finishSQL   string
+
+	leaseClaimSQL    string
+	leaseStateSQL    string
+	leaseExtendSQL   string
+	leaseReleaseSQL  string
+	leaseCompleteSQL string
+	leaseFailSQL     string
 }
 
 // Savepoint statements, for a claim made inside watermill-sql's subscriber transaction. The name is fixed: the
@@ -37,7 +45,9 @@ func newStore(table string) *store {
 		// the same ID wait for the first transaction to end, then do nothing if it committed: racing copies are
 		// serialized by the index, with no lock of ours. RETURNING tells the caller, in the same round trip,
 		// whether this transaction owns the row. processed_at comes from the column default, the database clock.
-		claimSQL: q(`INSERT INTO {table} (consumer, message_id) VALUES ($1, $2)
+		// state is 'done' in the inbox's own transaction; 'applying' inside a transaction it does not commit
+		// (migrations/003_applying_guard.up.sql says why).
+		claimSQL: q(`INSERT INTO {table} (consumer, message_id, state) VALUES ($1, $2, $3)
 			ON CONFLICT (consumer, message_id) DO NOTHING
 			RETURNING true`),
 
@@ -45,17 +55,62 @@ func newStore(table string) *store {
 		// new snapshot under READ COMMITTED, so it sees the row whose commit made the claim do nothing.
 		producedSQL: q(`SELECT produced FROM {table} WHERE consumer = $1 AND message_id = $2`),
 
-		// Runs only when the handler produced messages, in the claim's transaction, so the stored messages commit
-		// with the effect they describe and can be sent again when the router's publish after the commit fails.
-		saveSQL: q(`UPDATE {table} SET produced = $3 WHERE consumer = $1 AND message_id = $2`),
+		// Runs in the claim's transaction after the handler succeeded, and only when there is something to
+		// record: produced messages, which then commit with the effect they describe and can be sent again when
+		// the router's publish after the commit fails; or an 'applying' claim, which the handler's success turns
+		// 'done'. The common case, a handler in the inbox's own transaction that produces nothing, skips it.
+		finishSQL: q(`UPDATE {table} SET state = 'done', produced = $3 WHERE consumer = $1 AND message_id = $2`),
+
+		// Lease mode's claim, one autocommitted statement so the claim is durable before the handler calls out.
+		// A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
+		// failed attempt, or 'processing' with a lease that has run out by the database clock, so consumers with
+		// skewed clocks agree on who holds it. The conflict path locks the row, so two takers are serialized and
+		// the second finds the first's live lease. The subquery reads the statement's snapshot, the row as it was
+		// before this statement: 'processing' there means a holder's lease expired and this is a takeover.
+		leaseClaimSQL: q(`INSERT INTO {table} AS t (consumer, message_id, state, attempts, lease_token, locked_until)
+			VALUES ($1, $2, 'processing', 1, $3, now() + $4 * interval '1 millisecond')
+			ON CONFLICT (consumer, message_id) DO UPDATE SET
+				state        = 'processing',
+				attempts     = coalesce(t.attempts, 0) + 1,
+				lease_token  = excluded.lease_token,
+				locked_until = excluded.locked_until,
+				processed_at = now(),
+				last_error   = CASE WHEN t.state = 'processing'
+					THEN 'lease of attempt ' || t.attempts || ' expired' ELSE t.last_error END
+			WHERE t.state = 'released' OR (t.state = 'processing' AND t.locked_until <= now())
+			RETURNING attempts, coalesce(last_error, ''),
+				(SELECT p.state = 'processing' FROM {table} p WHERE p.consumer = $1 AND p.message_id = $2)`),
+
+		// Runs only when the claim returned no row, to tell a finished message from a live lease. Milliseconds
+		// left are computed by the database, whose clock the lease is on.
+		leaseStateSQL: q(`SELECT state, coalesce(attempts, 0),
+				greatest(0, extract(epoch FROM locked_until - now()) * 1000)::bigint
+			FROM {table} WHERE consumer = $1 AND message_id = $2`),
+
+		// Every write of a holder is a compare-and-set on its lease token and the 'processing' state: once the
+		// lease was taken over, the old holder's write matches no row and it learns that it lost the lease.
+		leaseExtendSQL: q(`UPDATE {table} SET locked_until = now() + $4 * interval '1 millisecond'
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
+		leaseReleaseSQL: q(`UPDATE {table} SET state = 'released', locked_until = NULL, last_error = $4, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
+		leaseCompleteSQL: q(`UPDATE {table} SET state = 'done', locked_until = NULL, produced = $4, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
+		leaseFailSQL: q(`UPDATE {table} SET state = 'failed', locked_until = NULL, last_error = $4, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
 	}
 }
 
-// claim inserts the row for (consumer, id) in tx and reports whether tx now owns it. false means the message was
-// applied before, by a transaction that committed.
-func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id string) (bool, error) {
+// querier is what *sql.DB and *sql.Tx share, for queries that run in a transaction or on their own.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// claim inserts the row for (consumer, id) in tx, in state, and reports whether tx now owns it. false means the
+// message was applied before, by a transaction that committed.
+func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id, state string) (bool, error) {
 	var claimed bool
-	err := tx.QueryRowContext(ctx, s.claimSQL, consumer, id).Scan(&claimed)
+	err := tx.QueryRowContext(ctx, s.claimSQL, consumer, id, state).Scan(&claimed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
@@ -66,9 +121,9 @@ func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id string) (boo
 }
 
 // produced returns the messages the handler produced when it applied (consumer, id), if any were stored.
-func (s *store) produced(ctx context.Context, tx *sql.Tx, consumer, id string) ([]*message.Message, error) {
+func (s *store) produced(ctx context.Context, q querier, consumer, id string) ([]*message.Message, error) {
 	var raw []byte
-	err := tx.QueryRowContext(ctx, s.producedSQL, consumer, id).Scan(&raw)
+	err := q.QueryRowContext(ctx, s.producedSQL, consumer, id).Scan(&raw)
 	if err != nil {
 		return nil, s.wrap("read produced messages", consumer, id, err)
 	}
@@ -87,20 +142,32 @@ func (s *store) produced(ctx context.Context, tx *sql.Tx, consumer, id string) (
 	return msgs, nil
 }
 
-// saveProduced stores msgs on the claimed row, in the claim's transaction.
-func (s *store) saveProduced(ctx context.Context, tx *sql.Tx, consumer, id string, msgs []*message.Message) error {
+// finish marks the claimed row 'done' with msgs stored on it, in the claim's transaction.
+func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string, msgs []*message.Message) error {
+	raw, err := encodeProduced(consumer, id, msgs)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.finishSQL, consumer, id, raw); err != nil {
+		return s.wrap("finish claim", consumer, id, err)
+	}
+	return nil
+}
+
+// encodeProduced returns msgs as the produced column keeps them, or nil (SQL NULL) when there are none.
+func encodeProduced(consumer, id string, msgs []*message.Message) ([]byte, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
 	stored := make([]storedMessage, len(msgs))
 	for i, m := range msgs {
 		stored[i] = storedMessage{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
 	}
 	raw, err := json.Marshal(stored)
 	if err != nil {
-		return fmt.Errorf("inbox: encode produced messages of %s/%s: %w", consumer, id, err)
+		return nil, fmt.Errorf("inbox: encode produced messages of %s/%s: %w", consumer, id, err)
 	}
-	if _, err := tx.ExecContext(ctx, s.saveSQL, consumer, id, raw); err != nil {
-		return s.wrap("store produced messages", consumer, id, err)
-	}
-	return nil
+	return raw, nil
 }
 
 // storedMessage is a produced message as the produced column keeps it. Payload is base64 in JSON, which keeps
@@ -127,4 +194,49 @@ func sqlState(err error) string {
 		return e.SQLState()
 	}
 	return ""
+}
+
+// leaseClaim is the outcome of a lease-mode claim.
+type leaseClaim struct {
+	claimed   bool   // the caller now holds the lease
+	attempt   int    // claims so far, this one included
+	lastError string // why the previous attempt ended, if one did
+	takeover  bool   // the previous holder's lease had expired
+	// Set when claimed is false:
+	state     string        // the row's state
+	remaining time.Duration // what is left of a live lease
+}
+
+func (s *store) claimLease(ctx context.Context, db querier, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
+	var c leaseClaim
+	var takeover sql.NullBool
+	err := db.QueryRowContext(ctx, s.leaseClaimSQL, consumer, id, token, lease.Milliseconds()).Scan(&c.attempt, &c.lastError, &takeover)
+	if err == nil {
+		c.claimed, c.takeover = true, takeover.Bool
+		return c, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return c, s.wrap("claim lease", consumer, id, err)
+	}
+	var remainingMS int64
+	err = db.QueryRowContext(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS)
+	if err != nil {
+		return c, s.wrap("read lease", consumer, id, err)
+	}
+	c.remaining = time.Duration(remainingMS) * time.Millisecond
+	return c, nil
+}
+
+// fenced runs one of the lease's compare-and-set writes and returns ErrLeaseLost when it matched no row.
+func (s *store) fenced(ctx context.Context, db querier, query, op, consumer, id, token string, arg any) error {
+	res, err := db.ExecContext(ctx, query, consumer, id, token, arg)
+	if err != nil {
+		return s.wrap(op, consumer, id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.wrap(op, consumer, id, err)
+	} else if n == 0 {
+		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, ErrLeaseLost)
+	}
+	return nil
 }

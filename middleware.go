@@ -26,6 +26,9 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil {
 			return nil, i.reject(msg, consumer, err)
 		}
+		if i.cfg.lease > 0 {
+			return i.applyLeased(msg, consumer, id, h) // lease.go: for effects outside the database
+		}
 		if tx, ok := wsql.TxFromContext(ctx); ok && i.cfg.subscriberTx {
 			return i.applyInSubscriberTx(tx, msg, consumer, id, h) // commits on the subscriber's ack
 		}
@@ -42,7 +45,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				}
 			}
 		}()
-		produced, duplicate, err := i.apply(tx, msg, consumer, id, h)
+		produced, duplicate, err := i.apply(tx, stateDone, msg, consumer, id, h)
 		if err != nil || duplicate {
 			return produced, err
 		}
@@ -54,29 +57,31 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// apply claims (consumer, id) in tx and runs h if the claim is new. On a duplicate it returns the messages stored
-// when the message was first applied, and duplicate is true.
-func (i *Inbox) apply(tx *sql.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, duplicate bool, err error) {
+// apply claims (consumer, id) in tx, as state, and runs h if the claim is new. On a duplicate it returns the
+// messages stored when the message was first applied, and duplicate is true.
+func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, duplicate bool, err error) {
 	ctx := msg.Context()
-	claimed, err := i.store.claim(ctx, tx, consumer, id)
+	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
 	if err != nil {
 		return nil, false, err
 	}
 	if !claimed {
 		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
+		i.cfg.observer.DuplicateSkipped(consumer)
 		produced, err := i.store.produced(ctx, tx, consumer, id)
 		return produced, true, err
 	}
 
+	i.cfg.observer.Claimed(consumer)
 	msg.SetContext(withClaim(ctx, tx, id))
 	defer msg.SetContext(ctx) // the transaction ends with this call; nothing after it may reach it
 	produced, err = h(msg)
 	if err != nil {
 		return nil, false, err
 	}
-	if len(produced) > 0 {
+	if len(produced) > 0 || state != stateDone {
 		stampEventIDs(produced, i.cfg.idKey)
-		if err := i.store.saveProduced(ctx, tx, consumer, id, produced); err != nil {
+		if err := i.store.finish(ctx, tx, consumer, id, produced); err != nil {
 			return nil, false, err
 		}
 	}
@@ -91,7 +96,9 @@ func logFields(msg *message.Message, consumer, id string) watermill.LogFields {
 // commits after the ack. Its v3 subscriber redelivers a nacked message in the same transaction instead of rolling
 // it back, so without the savepoint a failed attempt's claim and writes would commit with the redelivery, and one
 // failed statement would leave every redelivery in an aborted transaction. Rolling back to the savepoint before
-// the nack undoes both.
+// the nack undoes both. It also commits when it closes or its ack deadline passes, handler running or not; the
+// claim is therefore made 'applying' and turned 'done' only on success, and a deferred trigger fails a commit that
+// finds it 'applying' (migrations/003_applying_guard.up.sql).
 func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
 	if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
@@ -105,7 +112,7 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 			}
 		}
 	}()
-	produced, _, err := i.apply(tx, msg, consumer, id, h)
+	produced, _, err := i.apply(tx, stateApplying, msg, consumer, id, h)
 	if err != nil {
 		return nil, err
 	}

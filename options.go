@@ -21,6 +21,10 @@ const (
 	// put in the wrong place, and every byte of it is stored in the primary key index for the whole retention window.
 	DefaultMaxIDLength = 255
 
+	// DefaultMaxAttempts is how many times lease mode runs a handler for one message before dead-lettering it,
+	// unless WithMaxAttempts says otherwise.
+	DefaultMaxAttempts = 5
+
 	// DefaultRejectDelay is how long the middleware waits before nacking a message it cannot apply (no or invalid
 	// event ID) when no dead-letter publisher is configured, unless WithRejectDelay says otherwise.
 	DefaultRejectDelay = 30 * time.Second
@@ -41,6 +45,9 @@ type config struct {
 	maxIDLength  int
 	rejectDelay  time.Duration
 	subscriberTx bool
+	observer     Observer
+	lease        time.Duration
+	maxAttempts  int
 }
 
 // WithConsumer scopes the inbox to a fixed consumer name. By default each message is scoped to the name of the
@@ -85,6 +92,24 @@ func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.reject
 // the inbox then opens its own transaction on its own database.
 func WithSubscriberTx(join bool) Option { return func(c *config) { c.subscriberTx = join } }
 
+// WithLease switches the middleware to lease mode, for side effects outside the database such as a payment call.
+// Instead of one transaction around the handler, a short transaction of its own records the message as
+// 'processing' with a lease of d by the database clock; the handler calls out with the idempotency key from
+// LeaseFromContext; the row is then marked 'done', only if the lease is still the handler's. A copy that arrives
+// while the lease is live is nacked until the lease ends; after it ends, the next copy takes over. Choose d longer
+// than the handler's slowest call, or extend it from the handler with Lease.Extend. d must be between 10 ms and
+// 24 hours. TxFromContext reports no transaction in this mode.
+func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
+
+// WithMaxAttempts runs a lease-mode handler at most n times for one message instead of DefaultMaxAttempts (5),
+// then dead-letters it with its attempts and last error and marks the row 'failed', so later copies are acked
+// without running. n must be at least 1, and the option needs WithLease.
+func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
+
+// WithObserver reports what the inbox does (claims, skipped duplicates, dead letters, lease takeovers, cleaned
+// rows) to o, for metrics, instead of to NopObserver.
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+
 // tableNamePattern admits only names that mean the same quoted or unquoted, so the shipped SQL files and the
 // queries agree on the table whatever tool applies them.
 var tableNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
@@ -104,6 +129,12 @@ func newConfig(opts []Option) (config, error) {
 	if c.logger == nil {
 		c.logger = watermill.NopLogger{}
 	}
+	if c.maxAttempts == 0 && c.lease > 0 {
+		c.maxAttempts = DefaultMaxAttempts
+	}
+	if c.observer == nil {
+		c.observer = NopObserver{}
+	}
 	return c, c.validate()
 }
 
@@ -119,6 +150,12 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithDeadLetter: the topic is empty", ErrInvalidOption)
 	case c.maxIDLength < 1 || c.maxIDLength > 2000:
 		return fmt.Errorf("%w: WithMaxIDLength(%d): want 1 to 2000 bytes", ErrInvalidOption, c.maxIDLength)
+	case c.lease != 0 && (c.lease < 10*time.Millisecond || c.lease > 24*time.Hour):
+		return fmt.Errorf("%w: WithLease(%s): want 10ms to 24h", ErrInvalidOption, c.lease)
+	case c.lease == 0 && c.maxAttempts != 0:
+		return fmt.Errorf("%w: WithMaxAttempts: attempts are counted in lease mode only; add WithLease", ErrInvalidOption)
+	case c.lease > 0 && c.maxAttempts < 1:
+		return fmt.Errorf("%w: WithMaxAttempts(%d): want at least 1", ErrInvalidOption, c.maxAttempts)
 	case c.rejectDelay <= 0:
 		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
 	}

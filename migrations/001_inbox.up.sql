@@ -8,7 +8,7 @@ CREATE TABLE IF NOT EXISTS "watermill_inbox" (
     consumer     text        NOT NULL,
     -- The producer's event ID, never a broker offset: a republished copy gets a new offset, not a new ID.
     message_id   text        NOT NULL,
-    -- 'done' for every row the transaction mode writes; lease mode adds 'processing' and 'failed'.
+    -- 'done' for every row the transaction mode writes; lease mode (002_lease) adds the other states.
     state        text        NOT NULL DEFAULT 'done',
     -- Messages the handler produced, kept so a redelivery after a failed publish sends them again.
     -- NULL for handlers that produce nothing, which costs no bytes.

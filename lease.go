@@ -1,0 +1,183 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// States of an inbox row. The transaction mode writes stateDone, or stateApplying inside a transaction it does
+// not commit; lease mode the other four.
+const (
+	stateApplying   = "applying"   // claimed in a foreign transaction, handler still running; never committed
+	stateProcessing = "processing" // a holder runs the handler; its lease ends at locked_until
+	stateReleased   = "released"   // the last attempt failed; the next copy may claim at once
+	stateDone       = "done"       // the effect landed; copies are skipped
+	stateFailed     = "failed"     // dead-lettered after the last attempt; copies are acked without running
+)
+
+const (
+	// leaseBusyFloor is the shortest wait before a copy that found a live lease is nacked: a lease about to end
+	// must not turn the wait into a hot loop.
+	leaseBusyFloor = 100 * time.Millisecond
+	// leaseWriteTimeout bounds the bookkeeping writes that must outlive a cancelled message context: after an
+	// effect landed, recording 'done' is worth finishing during a shutdown.
+	leaseWriteTimeout = 10 * time.Second
+)
+
+// Lease is a lease-mode handler's hold on its message, from LeaseFromContext.
+type Lease struct {
+	inbox     *Inbox
+	consumer  string
+	id        string
+	token     string
+	attempt   int
+	lastError string
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease of the message a lease-mode handler runs for. ok is false in transaction mode.
+func LeaseFromContext(ctx context.Context) (l *Lease, ok bool) {
+	l, ok = ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}
+
+// Attempt returns which attempt this is, from 1. On attempt 2 or later an earlier holder may have reached the
+// provider before it failed or died: ask the provider what happened to IdempotencyKey before calling again, where
+// the provider offers that.
+func (l *Lease) Attempt() int { return l.attempt }
+
+// PreviousError returns why the previous attempt ended without 'done' (the handler's error, or "lease of attempt N
+// expired" when its holder died or hung), or "" on the first attempt.
+func (l *Lease) PreviousError() string { return l.lastError }
+
+// IdempotencyKey returns the key to hand the provider: the same on every attempt and every copy of the message,
+// and different for every consumer, so two handlers of one event do not suppress each other's calls. It is the
+// consumer name and the event ID joined by a colon.
+func (l *Lease) IdempotencyKey() string { return l.consumer + ":" + l.id }
+
+// StepKey returns a key for one of several calls a handler makes, such as "charge" and "receipt": stable like
+// IdempotencyKey, and different per step, so the provider does not answer the second call with the first's result.
+func (l *Lease) StepKey(step string) string { return l.IdempotencyKey() + ":" + step }
+
+// Extend moves the end of the lease to d from now, by the database clock, for a call that takes longer than the
+// lease. It returns an error wrapping ErrLeaseLost when the lease was already taken over: the handler should then
+// stop, since the new holder makes the call.
+func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: Lease.Extend(%s): want a positive duration", ErrInvalidOption, d)
+	}
+	return l.inbox.store.fenced(ctx, l.inbox.db, l.inbox.store.leaseExtendSQL, "extend lease", l.consumer, l.id, l.token, d.Milliseconds())
+}
+
+// applyLeased is the path of one message in lease mode: claim, call out, complete; each write of the holder fenced
+// by its lease token.
+func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+	ctx := msg.Context()
+	fields := logFields(msg, consumer, id)
+	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
+	c, err := i.store.claimLease(ctx, i.db, consumer, id, l.token, i.cfg.lease)
+	if err != nil {
+		return nil, err
+	}
+	if !c.claimed {
+		switch c.state {
+		case stateDone:
+			i.cfg.logger.Info("skipped duplicate", fields)
+			i.cfg.observer.DuplicateSkipped(consumer)
+			return i.store.produced(ctx, i.db, consumer, id)
+		case stateFailed:
+			i.cfg.logger.Info("skipped dead-lettered message", fields)
+			return nil, nil
+		}
+		// The holder may still succeed, or die and let the lease run out: hand the copy back until then.
+		wait := min(max(c.remaining, leaseBusyFloor), i.cfg.lease)
+		i.cfg.logger.Debug("Inbox lease is held; nacking the copy", fields.Add(watermill.LogFields{"retry_in": wait}))
+		return nil, sleepThen(ctx, wait, fmt.Errorf("%w: %s/%s for %s more", ErrLeaseHeld, consumer, id, c.remaining))
+	}
+	l.attempt, l.lastError = c.attempt, c.lastError
+	if c.takeover {
+		i.cfg.logger.Info("Inbox took over an expired lease", fields.Add(watermill.LogFields{"attempt": c.attempt, "previous_error": c.lastError}))
+		i.cfg.observer.LeaseTakenOver(consumer)
+	}
+	if c.attempt > i.cfg.maxAttempts { // the holder of the last attempt died
+		return nil, i.exhausted(msg, l, c.lastError)
+	}
+	i.cfg.observer.Claimed(consumer)
+
+	produced, err := i.runLeased(msg, l, h)
+	if err != nil {
+		if l.attempt >= i.cfg.maxAttempts {
+			return nil, i.exhausted(msg, l, err.Error())
+		}
+		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", err.Error())
+		return nil, err
+	}
+	stampEventIDs(produced, i.cfg.idKey)
+	raw, err := encodeProduced(consumer, id, produced)
+	if err != nil {
+		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", err.Error())
+		return nil, err
+	}
+	if err := i.leaseWrite(msg, l, i.store.leaseCompleteSQL, "complete lease", raw); err != nil {
+		return nil, err // the next copy finds the row as it is now: a new holder's, or ours to take over
+	}
+	return produced, nil
+}
+
+// runLeased runs h with the lease in the message context. A panic releases the lease before it goes on up, so the
+// next copy need not wait for the lease to run out.
+func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc) ([]*message.Message, error) {
+	ctx := msg.Context()
+	msg.SetContext(context.WithValue(context.WithValue(ctx, leaseKey{}, l), eventIDKey, l.id))
+	defer msg.SetContext(ctx)
+	defer func() {
+		if r := recover(); r != nil {
+			i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", fmt.Sprintf("panic: %v", r))
+			panic(r)
+		}
+	}()
+	return h(msg)
+}
+
+// exhausted ends a message whose attempts are used up: dead-lettered with its attempts and last error, then its
+// row marked 'failed' so later copies are acked without running. Without a dead-letter publisher, or when that
+// publish fails, the lease is released and the message nacked after the reject delay: kept, never dropped.
+func (i *Inbox) exhausted(msg *message.Message, l *Lease, lastError string) error {
+	ctx := msg.Context()
+	cause := fmt.Errorf("%w: %d of %d, last error: %s", ErrAttemptsExhausted, l.attempt, i.cfg.maxAttempts, lastError)
+	fields := logFields(msg, l.consumer, l.id)
+	if i.cfg.dlqPublisher == nil {
+		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", lastError)
+		i.cfg.logger.Error("Inbox gave up on message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
+		return sleepThen(ctx, i.cfg.rejectDelay, cause)
+	}
+	if err := i.deadLetter(msg, cause, map[string]string{AttemptsKey: strconv.Itoa(l.attempt)}); err != nil {
+		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", lastError)
+		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
+		return sleepThen(ctx, i.cfg.rejectDelay, err)
+	}
+	i.cfg.observer.DeadLettered(l.consumer, reasonLabel(cause))
+	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
+	// A failure here leaves the row to the next copy, which takes it over and dead-letters it again: a duplicate
+	// dead letter, never a lost message.
+	_ = i.leaseWrite(msg, l, i.store.leaseFailSQL, "mark failed", lastError)
+	return nil
+}
+
+// leaseWrite runs one of the holder's fenced writes, outliving a cancelled message context, and logs a lost lease.
+func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, query, op string, arg any) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), leaseWriteTimeout)
+	defer cancel()
+	err := i.store.fenced(ctx, i.db, query, op, l.consumer, l.id, l.token, arg)
+	if err != nil {
+		i.cfg.logger.Error("Inbox lease write failed; another consumer may have taken the lease over", err,
+			logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt}))
+	}
+	return err
+}

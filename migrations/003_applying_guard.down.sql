@@ -1,0 +1,2 @@
+DROP TRIGGER IF EXISTS "watermill_inbox_unfinished_claim" ON "watermill_inbox";
+DROP FUNCTION IF EXISTS "watermill_inbox_unfinished_claim"();
