@@ -21,9 +21,12 @@ const (
 )
 
 const (
-	// leaseBusyFloor is the shortest wait before a copy that found a live lease is nacked: a lease about to end
-	// must not turn the wait into a hot loop.
-	leaseBusyFloor = 100 * time.Millisecond
+	// leaseBusyFloor and leaseBusyCeiling bound the wait before a copy that found a live lease is nacked. The
+	// floor keeps a lease about to end from turning the wait into a hot loop; the ceiling lets the copy look
+	// again soon, since the holder usually finishes long before its lease would end: one indexed read a second
+	// per waiting copy, instead of a partition held up for a whole lease.
+	leaseBusyFloor   = 100 * time.Millisecond
+	leaseBusyCeiling = time.Second
 	// leaseWriteTimeout bounds the bookkeeping writes that must outlive a cancelled message context: after an
 	// effect landed, recording 'done' is worth finishing during a shutdown.
 	leaseWriteTimeout = 10 * time.Second
@@ -96,7 +99,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 			return nil, nil
 		}
 		// The holder may still succeed, or die and let the lease run out: hand the copy back until then.
-		wait := min(max(c.remaining, leaseBusyFloor), i.cfg.lease)
+		wait := min(max(c.remaining, leaseBusyFloor), leaseBusyCeiling)
 		i.cfg.logger.Debug("Inbox lease is held; nacking the copy", fields.Add(watermill.LogFields{"retry_in": wait}))
 		return nil, sleepThen(ctx, wait, fmt.Errorf("%w: %s/%s for %s more", ErrLeaseHeld, consumer, id, c.remaining))
 	}

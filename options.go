@@ -96,7 +96,8 @@ func WithSubscriberTx(join bool) Option { return func(c *config) { c.subscriberT
 // Instead of one transaction around the handler, a short transaction of its own records the message as
 // 'processing' with a lease of d by the database clock; the handler calls out with the idempotency key from
 // LeaseFromContext; the row is then marked 'done', only if the lease is still the handler's. A copy that arrives
-// while the lease is live is nacked until the lease ends; after it ends, the next copy takes over. Choose d longer
+// while the lease is live is nacked after a wait of at most a second, to look again; once the lease has ended,
+// the next copy takes over. Choose d longer
 // than the handler's slowest call, or extend it from the handler with Lease.Extend. d must be between 10 ms and
 // 24 hours. TxFromContext reports no transaction in this mode.
 func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }

@@ -1,0 +1,405 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// leaseRow is an inbox row as lease mode leaves it.
+type leaseRow struct {
+	state, token, lastError string
+	attempts                int
+	live                    bool
+}
+
+func (b *testBundle) leaseRow(t testing.TB, id string) leaseRow {
+	t.Helper()
+	var r leaseRow
+	require.NoError(t, b.db.QueryRow(`SELECT state, coalesce(lease_token::text, ''), coalesce(last_error, ''),
+		coalesce(attempts, 0), coalesce(locked_until > now(), false)
+		FROM `+b.table+` WHERE consumer = 'wallet-credits' AND message_id = $1`, id).
+		Scan(&r.state, &r.token, &r.lastError, &r.attempts, &r.live))
+	return r
+}
+
+// countingObserver counts what the inbox reports.
+type countingObserver struct {
+	inbox.NopObserver
+	claims, duplicates, takeovers atomic.Int64
+	deadLetters                   sync.Map // reason -> *atomic.Int64
+}
+
+func (o *countingObserver) Claimed(string)          { o.claims.Add(1) }
+func (o *countingObserver) DuplicateSkipped(string) { o.duplicates.Add(1) }
+func (o *countingObserver) LeaseTakenOver(string)   { o.takeovers.Add(1) }
+func (o *countingObserver) DeadLettered(_, reason string) {
+	n, _ := o.deadLetters.LoadOrStore(reason, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
+func leaseOf(t testing.TB, msg *message.Message) *inbox.Lease {
+	t.Helper()
+	l, ok := inbox.LeaseFromContext(msg.Context())
+	require.True(t, ok, "a lease-mode handler has a lease in its context")
+	return l
+}
+
+func TestLease_Claim(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RecordsProcessingWithALeaseByTheDatabaseClockBeforeTheHandlerRuns", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(5*time.Second))
+		var during leaseRow
+		var leaseLength time.Duration
+		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			// Another connection sees the claim: it committed on its own, before the call out.
+			during = b.leaseRow(t, "evt-1")
+			var micros int64
+			require.NoError(t, b.db.QueryRow(`SELECT (extract(epoch FROM locked_until - processed_at) * 1e6)::bigint FROM `+b.table).Scan(&micros))
+			leaseLength = time.Duration(micros) * time.Microsecond
+			require.Equal(t, 1, leaseOf(t, msg).Attempt())
+			_, inTx := inbox.TxFromContext(msg.Context())
+			require.False(t, inTx, "lease mode holds no transaction open across the call")
+			return nil, nil
+		})(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, "processing", during.state)
+		require.Equal(t, 1, during.attempts)
+		require.True(t, during.live)
+		require.NotEmpty(t, during.token)
+		require.Equal(t, 5*time.Second, leaseLength, "locked_until is now() + lease, both read off the database clock")
+
+		after := b.leaseRow(t, "evt-1")
+		require.Equal(t, "done", after.state)
+		require.False(t, after.live)
+	})
+
+	t.Run("ADoneIDIsSkippedAndAcked", func(t *testing.T) {
+		t.Parallel()
+		obs := &countingObserver{}
+		ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithObserver(obs))
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
+		for range 3 {
+			_, err := h(newMsg("evt-1"))
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 1, calls.Load())
+		require.EqualValues(t, 1, obs.claims.Load())
+		require.EqualValues(t, 2, obs.duplicates.Load())
+		require.Len(t, b.logs.find("skipped duplicate"), 2)
+	})
+
+	t.Run("ACopyArrivingWhileTheLeaseIsLiveIsNackedAfterADelay", func(t *testing.T) {
+		t.Parallel()
+		const lease = 600 * time.Millisecond
+		ib, b := setup(t, inbox.WithLease(lease))
+		holding, release := make(chan struct{}), make(chan struct{})
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			if calls.Add(1) == 1 {
+				close(holding)
+				<-release
+			}
+			return nil, nil
+		})
+		first := make(chan error, 1)
+		go func() { _, err := h(newMsg("evt-1")); first <- err }()
+		<-holding
+
+		start := time.Now()
+		_, err := h(newMsg("evt-1"))
+		waited := time.Since(start)
+		require.ErrorIs(t, err, inbox.ErrLeaseHeld, "neither run nor acked: the holder may still succeed")
+		require.EqualValues(t, 1, calls.Load())
+		require.GreaterOrEqual(t, waited, 100*time.Millisecond, "the nack waits: no hot loop")
+		require.Less(t, waited, 2*time.Second, "and the wait is bounded: the copy looks again soon")
+		close(release)
+		require.NoError(t, <-first)
+		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
+	})
+}
+
+func TestLease_Takeover(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AnExpiredLeaseIsTakenOverWithTheNextAttemptAndANewToken", func(t *testing.T) {
+		t.Parallel()
+		obs := &countingObserver{}
+		ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithObserver(obs))
+		// A holder that died: its lease ran out a second ago.
+		const deadToken = "00000000-0000-4000-8000-000000000001"
+		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until)
+			VALUES ('wallet-credits', 'evt-1', 'processing', 1, $1, now() - interval '1 second')`, deadToken)
+		require.NoError(t, err)
+
+		var attempt int
+		var previous string
+		_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			attempt, previous = leaseOf(t, msg).Attempt(), leaseOf(t, msg).PreviousError()
+			require.NotEqual(t, deadToken, b.leaseRow(t, "evt-1").token)
+			return nil, nil
+		})(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 2, attempt, "the handler sees attempt 2, so it can ask the provider about attempt 1")
+		require.Equal(t, "lease of attempt 1 expired", previous)
+		require.EqualValues(t, 1, obs.takeovers.Load())
+		require.Len(t, b.logs.find("took over an expired lease"), 1)
+		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
+	})
+
+	t.Run("CompletionIsFencedSoALateHolderCannotOverwriteTheNewOne", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(200*time.Millisecond))
+		aStarted, bHolding, bFinish := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var aLease *inbox.Lease
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			switch calls.Add(1) {
+			case 1: // A: a slow call that outlives its lease
+				aLease = leaseOf(t, msg)
+				close(aStarted)
+				<-bHolding
+				return nil, nil
+			default: // B: took over, still calling when A returns
+				close(bHolding)
+				<-bFinish
+				return nil, nil
+			}
+		})
+		aDone := make(chan error, 1)
+		go func() { _, err := h(newMsg("evt-1")); aDone <- err }()
+		<-aStarted
+		time.Sleep(300 * time.Millisecond) // A's lease runs out
+		bDone := make(chan error, 1)
+		go func() { _, err := h(newMsg("evt-1")); bDone <- err }()
+
+		errA := <-aDone
+		require.ErrorIs(t, errA, inbox.ErrLeaseLost, "A learns it lost the lease")
+		require.Len(t, b.logs.find("lease write failed"), 1, "and says so in the log")
+		row := b.leaseRow(t, "evt-1")
+		require.Equal(t, "processing", row.state, "A's 'done' did not overwrite B's hold")
+		require.Equal(t, 2, row.attempts)
+		require.ErrorIs(t, aLease.Extend(context.Background(), time.Minute), inbox.ErrLeaseLost)
+
+		close(bFinish)
+		require.NoError(t, <-bDone)
+		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
+	})
+}
+
+func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {
+	t.Parallel()
+	ib, b := setup(t, inbox.WithLease(time.Minute))
+	var keys, charges, receipts []string
+	var calls atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		l := leaseOf(t, msg)
+		keys = append(keys, l.IdempotencyKey())
+		charges = append(charges, l.StepKey("charge"))
+		receipts = append(receipts, l.StepKey("receipt"))
+		if calls.Add(1) == 1 {
+			return nil, errors.New("provider timed out")
+		}
+		return nil, nil
+	})
+	_, err := h(newMsg("evt-1"))
+	require.Error(t, err)
+	_, err = h(newMsg("evt-1")) // another copy, another UUID
+	require.NoError(t, err)
+
+	require.Equal(t, []string{"wallet-credits:evt-1", "wallet-credits:evt-1"}, keys)
+	require.Equal(t, charges[0], charges[1])
+	require.Equal(t, receipts[0], receipts[1])
+	require.NotEqual(t, charges[0], receipts[0], "each step has its own key")
+
+	other, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("audit"), inbox.WithLease(time.Minute))
+	require.NoError(t, err)
+	_, err = other.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		require.Equal(t, "audit:evt-1", leaseOf(t, msg).IdempotencyKey(), "another consumer of the event has its own key")
+		return nil, nil
+	})(newMsg("evt-1"))
+	require.NoError(t, err)
+}
+
+func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
+	t.Parallel()
+	ib, b := setup(t, inbox.WithLease(300*time.Millisecond))
+	extended, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if calls.Add(1) > 1 {
+			return nil, errors.New("a second holder must not run")
+		}
+		if err := leaseOf(t, msg).Extend(msg.Context(), time.Minute); err != nil {
+			return nil, err
+		}
+		close(extended)
+		<-release
+		return nil, nil
+	})
+	first := make(chan error, 1)
+	go func() { _, err := h(newMsg("evt-1")); first <- err }()
+	<-extended
+	time.Sleep(400 * time.Millisecond) // past the original lease
+	require.True(t, b.leaseRow(t, "evt-1").live)
+	_, err := h(newMsg("evt-1"))
+	require.ErrorIs(t, err, inbox.ErrLeaseHeld, "the extended lease is still the first holder's")
+	close(release)
+	require.NoError(t, <-first)
+	require.EqualValues(t, 1, calls.Load())
+}
+
+func TestLease_HandlerErrors(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReleaseTheLeaseAtOnceAndRecordTheError", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour))
+		var previous []string
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			previous = append(previous, leaseOf(t, msg).PreviousError())
+			if calls.Add(1) == 1 {
+				return nil, errors.New("card declined: try again")
+			}
+			return nil, nil
+		})
+		_, err := h(newMsg("evt-1"))
+		require.ErrorContains(t, err, "card declined")
+		row := b.leaseRow(t, "evt-1")
+		require.Equal(t, "released", row.state)
+		require.Equal(t, "card declined: try again", row.lastError)
+		require.False(t, row.live)
+
+		_, err = h(newMsg("evt-1")) // no waiting for the hour-long lease
+		require.NoError(t, err)
+		require.Equal(t, []string{"", "card declined: try again"}, previous)
+		require.Equal(t, 2, b.leaseRow(t, "evt-1").attempts)
+	})
+
+	t.Run("APanicReleasesTheLeaseToo", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour))
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { panic("nil map") })
+		require.Panics(t, func() { _, _ = h(newMsg("evt-1")) })
+		row := b.leaseRow(t, "evt-1")
+		require.Equal(t, "released", row.state)
+		require.Equal(t, "panic: nil map", row.lastError)
+	})
+
+	t.Run("AfterTheLastAttemptTheMessageIsDeadLetteredAndLaterCopiesAcked", func(t *testing.T) {
+		t.Parallel()
+		dlq := &recordingPublisher{}
+		obs := &countingObserver{}
+		ib, b := setup(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(3), inbox.WithDeadLetter(dlq, "payments.dlq"), inbox.WithObserver(obs))
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			return nil, errors.New("insufficient funds #" + string(rune('0'+calls.Add(1))))
+		})
+		for attempt := 1; attempt <= 2; attempt++ {
+			_, err := h(newMsg("evt-1"))
+			require.Error(t, err)
+		}
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err, "the third failure is dead-lettered and acked")
+		dead := dlq.messages("payments.dlq")
+		require.Len(t, dead, 1)
+		require.Equal(t, "3", dead[0].Metadata.Get(inbox.AttemptsKey))
+		require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "attempts exhausted: 3 of 3, last error: insufficient funds #3")
+		n, _ := obs.deadLetters.Load("attempts_exhausted")
+		require.EqualValues(t, 1, n.(*atomic.Int64).Load())
+		row := b.leaseRow(t, "evt-1")
+		require.Equal(t, "failed", row.state)
+		require.Equal(t, "insufficient funds #3", row.lastError)
+
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err, "a later copy is acked")
+		require.EqualValues(t, 3, calls.Load(), "without running")
+		require.Len(t, dlq.messages("payments.dlq"), 1)
+	})
+
+	t.Run("WithoutADeadLetterTopicTheExhaustedMessageIsKeptAndNackedSlowly", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(1), inbox.WithRejectDelay(50*time.Millisecond))
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, errors.New("down") })
+		for range 2 {
+			start := time.Now()
+			_, err := h(newMsg("evt-1"))
+			require.ErrorIs(t, err, inbox.ErrAttemptsExhausted)
+			require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
+		}
+		require.EqualValues(t, 1, calls.Load(), "an exhausted message is not run again")
+		require.Equal(t, "released", b.leaseRow(t, "evt-1").state, "and not marked failed: nothing dead-lettered it")
+	})
+}
+
+func TestLease_TwoConsumersRacingForOneIDNeverHoldItTogether(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	var holders, maxHolders, calls atomic.Int64
+	handler := func(*message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		n := holders.Add(1)
+		for {
+			m := maxHolders.Load()
+			if n <= m || maxHolders.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		holders.Add(-1)
+		return nil, nil
+	}
+	var wg sync.WaitGroup
+	for c := range 2 { // two consumer processes, each with its own Inbox and connections
+		ib, err := inbox.New(openDB(t), inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLease(time.Minute))
+		require.NoError(t, err)
+		h := ib.Middleware(handler)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					_, err := h(newMsg("evt-1"))
+					if err == nil {
+						return
+					}
+					if !errors.Is(err, inbox.ErrLeaseHeld) {
+						t.Errorf("consumer %d: %v", c, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.EqualValues(t, 1, maxHolders.Load(), "at no moment did two consumers hold the lease")
+	require.EqualValues(t, 1, calls.Load())
+	require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
+}
+
+func TestNew_LeaseOptionsAreCheckedTogether(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	for name, opts := range map[string][]inbox.Option{
+		"MaxAttemptsWithoutLease": {inbox.WithMaxAttempts(3)},
+		"LeaseTooShort":           {inbox.WithLease(time.Millisecond)},
+		"LeaseTooLong":            {inbox.WithLease(48 * time.Hour)},
+		"NegativeMaxAttempts":     {inbox.WithLease(time.Second), inbox.WithMaxAttempts(-1)},
+	} {
+		_, err := inbox.New(db, opts...)
+		require.ErrorIs(t, err, inbox.ErrInvalidOption, name)
+	}
+}
