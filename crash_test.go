@@ -30,8 +30,11 @@ import (
 const consumerProcessEnv = "INBOX_TEST_CONSUMER_PROCESS"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(consumerProcessEnv) != "" {
+	switch {
+	case os.Getenv(consumerProcessEnv) != "":
 		os.Exit(runConsumerProcess())
+	case os.Getenv(paymentProcessEnv) != "":
+		os.Exit(runPaymentProcess())
 	}
 	os.Exit(m.Run())
 }
