@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -61,7 +63,17 @@ func (i *Inbox) identify(msg *message.Message) (consumer, id string, err error) 
 			return consumer, "", fmt.Errorf("%w: metadata key %q is not set", ErrMissingEventID, i.cfg.idKey)
 		}
 	}
-	return consumer, id, i.validateID(id)
+	if err := i.validateID(id); err != nil {
+		return consumer, id, err
+	}
+	if i.cfg.idType == IDTypeUUID {
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return consumer, id, fmt.Errorf("%w: %q is not a UUID, and the inbox stores UUIDs", ErrInvalidEventID, id)
+		}
+		id = u.String() // the form PostgreSQL returns, so logs and keys agree with the stored row
+	}
+	return consumer, id, nil
 }
 
 // validateID rejects what PostgreSQL's text type cannot hold or an index should not: an ID stored differently from

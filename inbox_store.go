@@ -178,10 +178,15 @@ type storedMessage struct {
 	Payload  []byte            `json:"payload"`
 }
 
-// wrap adds the operation and the row to a driver error, and turns "no such table" into ErrSchemaMissing.
+// wrap adds the operation and the row to a driver error, and translates the errors callers branch on: "no such
+// table" into ErrSchemaMissing, and an ID the column cannot hold into ErrInvalidEventID, which the middleware
+// dead-letters instead of nacking it forever.
 func (s *store) wrap(op, consumer, id string, err error) error {
-	if sqlState(err) == "42P01" {
+	switch sqlState(err) {
+	case "42P01": // undefined_table
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
+	case "22P02", "22021", "54000": // invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
+		return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 	}
 	return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)
 }

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -85,6 +86,9 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	fields := logFields(msg, consumer, id)
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
 	c, err := i.store.claimLease(ctx, i.db, consumer, id, l.token, i.cfg.lease)
+	if errors.Is(err, ErrInvalidEventID) {
+		return nil, i.reject(msg, consumer, err)
+	}
 	if err != nil {
 		return nil, err
 	}

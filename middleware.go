@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -45,8 +46,8 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				}
 			}
 		}()
-		produced, duplicate, err := i.apply(tx, stateDone, msg, consumer, id, h)
-		if err != nil || duplicate {
+		produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h)
+		if err != nil || skipped {
 			return produced, err
 		}
 		if err := tx.Commit(); err != nil {
@@ -57,11 +58,15 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// apply claims (consumer, id) in tx, as state, and runs h if the claim is new. On a duplicate it returns the
-// messages stored when the message was first applied, and duplicate is true.
-func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, duplicate bool, err error) {
+// apply claims (consumer, id) in tx, as state, and runs h if the claim is new. skipped reports that h did not run
+// and tx holds nothing to commit: on a duplicate, apply returns the messages stored when the message was first
+// applied; for an ID the database refused (a non-UUID for a uuid column), what reject returns.
+func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, skipped bool, err error) {
 	ctx := msg.Context()
 	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
+	if errors.Is(err, ErrInvalidEventID) {
+		return nil, true, i.reject(msg, consumer, err)
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -112,9 +117,9 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 			}
 		}
 	}()
-	produced, _, err := i.apply(tx, stateApplying, msg, consumer, id, h)
-	if err != nil {
-		return nil, err
+	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h)
+	if err != nil || skipped {
+		return produced, err
 	}
 	if _, err := tx.ExecContext(ctx, releaseSavepointSQL); err != nil {
 		return nil, fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)

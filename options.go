@@ -30,6 +30,18 @@ const (
 	DefaultRejectDelay = 30 * time.Second
 )
 
+// IDType is the column type the inbox stores event IDs in.
+type IDType string
+
+const (
+	// IDTypeText stores event IDs as text: any ID of up to the maximum length. The default.
+	IDTypeText IDType = "text"
+	// IDTypeUUID stores event IDs as uuid: 16 bytes instead of 37 for a UUID's text, and a smaller index, for
+	// producers whose IDs are all UUIDs (with UUIDv7, the index also stays compact: new keys go to its right
+	// edge). An ID that is not a UUID is refused like any invalid ID: dead-lettered, or nacked after a delay.
+	IDTypeUUID IDType = "uuid"
+)
+
 // Option configures an Inbox. Options are checked together by New (or Middleware, or Migrate), once.
 type Option func(*config)
 
@@ -48,6 +60,7 @@ type config struct {
 	observer     Observer
 	lease        time.Duration
 	maxAttempts  int
+	idType       IDType
 }
 
 // WithConsumer scopes the inbox to a fixed consumer name. By default each message is scoped to the name of the
@@ -92,6 +105,10 @@ func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.reject
 // the inbox then opens its own transaction on its own database.
 func WithSubscriberTx(join bool) Option { return func(c *config) { c.subscriberTx = join } }
 
+// WithIDType stores event IDs as t instead of IDTypeText. Give the same option to Migrate, which creates the
+// column with that type; it does not change the type of a table that exists.
+func WithIDType(t IDType) Option { return func(c *config) { c.idType = t } }
+
 // WithLease switches the middleware to lease mode, for side effects outside the database such as a payment call.
 // Instead of one transaction around the handler, a short transaction of its own records the message as
 // 'processing' with a lease of d by the database clock; the handler calls out with the idempotency key from
@@ -123,6 +140,7 @@ func newConfig(opts []Option) (config, error) {
 		maxIDLength:  DefaultMaxIDLength,
 		rejectDelay:  DefaultRejectDelay,
 		subscriberTx: true,
+		idType:       IDTypeText,
 	}
 	for _, opt := range opts {
 		opt(&c)
@@ -149,6 +167,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithDeadLetter: the publisher is nil", ErrInvalidOption)
 	case c.dlqSet && c.dlqTopic == "":
 		return fmt.Errorf("%w: WithDeadLetter: the topic is empty", ErrInvalidOption)
+	case c.idType != IDTypeText && c.idType != IDTypeUUID:
+		return fmt.Errorf("%w: WithIDType(%q): want IDTypeText or IDTypeUUID", ErrInvalidOption, c.idType)
 	case c.maxIDLength < 1 || c.maxIDLength > 2000:
 		return fmt.Errorf("%w: WithMaxIDLength(%d): want 1 to 2000 bytes", ErrInvalidOption, c.maxIDLength)
 	case c.lease != 0 && (c.lease < 10*time.Millisecond || c.lease > 24*time.Hour):

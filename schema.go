@@ -36,10 +36,16 @@ func Migrations(opts ...Option) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return migrations(c.table)
+	return migrations(c.table, c.idType)
 }
 
-func migrations(table string) ([]Migration, error) {
+// textIDColumn is how 001_inbox.up.sql declares message_id; IDTypeUUID swaps text for uuid in that one line.
+const (
+	textIDColumn = "message_id   text        NOT NULL,"
+	uuidIDColumn = "message_id   uuid        NOT NULL,"
+)
+
+func migrations(table string, idType IDType) ([]Migration, error) {
 	names, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
 	if err != nil {
 		return nil, err
@@ -64,7 +70,14 @@ func migrations(table string) ([]Migration, error) {
 		// Only names matching tableNamePattern get here, and the files quote every identifier that starts with
 		// the default name, so this replacement cannot change anything but identifiers.
 		rename := func(b []byte) string { return strings.ReplaceAll(string(b), DefaultTable, table) }
-		out = append(out, Migration{Version: version, Name: name, Up: rename(upSQL), Down: rename(downSQL)})
+		m := Migration{Version: version, Name: name, Up: rename(upSQL), Down: rename(downSQL)}
+		if version == 1 && idType == IDTypeUUID {
+			if !strings.Contains(m.Up, textIDColumn) {
+				return nil, fmt.Errorf("inbox: migration file %s: cannot find the message_id column to make it uuid", up)
+			}
+			m.Up = strings.Replace(m.Up, textIDColumn, uuidIDColumn, 1)
+		}
+		out = append(out, m)
 	}
 	return out, nil
 }
@@ -81,7 +94,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 	if err != nil {
 		return err
 	}
-	ms, err := migrations(c.table)
+	ms, err := migrations(c.table, c.idType)
 	if err != nil {
 		return err
 	}
