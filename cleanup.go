@@ -1,0 +1,374 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+const (
+	// DefaultRetention is how long Cleanup and the Cleaner keep a row after its last state change unless
+	// CleanupParams.Retention says otherwise: a week of redelivery (a default Kafka topic, Pub/Sub's unacked
+	// messages, GitHub's redeliveries) plus a week of margin. docs/retention.md has the sources' windows; a
+	// Stripe resend from the Dashboard (15 days) or the CLI (30), or a Pub/Sub seek (31), needs more.
+	DefaultRetention = 14 * 24 * time.Hour
+
+	// DefaultCleanupBatch is how many rows one cleanup DELETE removes at most unless CleanupParams.BatchSize
+	// says otherwise: big enough that a batch's round trip is noise, small enough that its row locks and WAL
+	// burst last milliseconds.
+	DefaultCleanupBatch = 10_000
+
+	// DefaultCleanupInterval is how long the Cleaner waits between rounds unless CleanerConfig.Interval says
+	// otherwise. Rows live at most Retention plus this long.
+	DefaultCleanupInterval = time.Hour
+
+	// MaxCleanupBatch is the largest CleanupParams.BatchSize accepted: past it a batch is a bulk delete again.
+	MaxCleanupBatch = 1_000_000
+)
+
+// CleanupParams says which rows Cleanup deletes and how fast.
+type CleanupParams struct {
+	// Retention is how long a row is kept after its last state change (processed_at, by the database clock):
+	// for transaction-mode rows the commit of their claim, for lease-mode rows the time they became 'done',
+	// 'failed' or 'released'. Defaults to DefaultRetention (14 days); must be positive. Choose it from the longest
+	// redelivery among your sources, plus a margin: a copy redelivered after its row is deleted is applied again.
+	Retention time.Duration
+
+	// BatchSize is the most rows one DELETE removes. Defaults to DefaultCleanupBatch (10,000); 1 to
+	// MaxCleanupBatch.
+	BatchSize int
+
+	// Pause is how long to wait after each batch that deleted rows, to let replicas and autovacuum keep up on a
+	// first cleanup of a large backlog. Defaults to none; must not be negative.
+	Pause time.Duration
+
+	// Progress, when set, is called after each batch that deleted rows, on the calling goroutine.
+	Progress func(CleanupProgress)
+}
+
+// CleanupProgress reports one batch of a cleanup, for progress output.
+type CleanupProgress struct {
+	// Consumer is the consumer whose rows the batch deleted.
+	Consumer string
+	// Batch counts the batches of this cleanup that deleted rows, this one included, from 1.
+	Batch int
+	// Deleted is how many rows this batch deleted.
+	Deleted int64
+	// Total is how many rows this cleanup has deleted so far, this batch included.
+	Total int64
+}
+
+// CleanupResult is what one Cleanup round did.
+type CleanupResult struct {
+	// Skipped is true when another instance held the cleanup lock of this table: this round deleted nothing, and
+	// the other instance's round does the work.
+	Skipped bool
+	// Cutoff is the database time before which a row's last state change had to lie for it to be deleted.
+	Cutoff time.Time
+	// Deleted is how many rows were deleted.
+	Deleted int64
+	// Batches is how many DELETE statements were run, the final empty ones included (one per consumer).
+	Batches int
+	// Abandoned counts 'processing' rows whose lease ran out before Cutoff. They are left in place: see Cleanup.
+	Abandoned int64
+	// Took is how long the round took.
+	Took time.Duration
+}
+
+// Cleanup deletes the inbox rows whose last state change is older than p.Retention, in batches of p.BatchSize
+// repeated until a batch finds nothing to delete, and reports each batch to the observer (RowsCleaned). Run it from
+// cron (the watermill-inbox CLI's cleanup command does), or let a Cleaner run it.
+//
+// Each batch is its own short transaction that walks the consumer's expired rows oldest first through an index
+// (migrations/004), so row locks and WAL bursts stay small and message claims, which insert new keys, are never
+// blocked. Many instances may call Cleanup at once: a session advisory lock derived from the table name lets one
+// of them work, and the others return at once with Skipped set.
+//
+// Rows in 'processing' (lease mode) are never deleted. While their lease is live a holder is running the handler.
+// Once it has run out, the holder died and the next copy of the message takes the row over; until one does, the
+// row is the only trace of a message whose side effect may have happened. Deleting it would let a late copy run
+// the handler from the first attempt without a word, so Cleanup counts such rows whose lease ran out before the
+// cutoff (CleanupResult.Abandoned), logs them as an error, and leaves them to an operator (the CLI's stats and
+// forget commands).
+//
+// Cleanup reads the table, logger and observer options and ignores the others. A cancelled ctx stops it between
+// or during batches; the batches already committed stay deleted.
+func Cleanup(ctx context.Context, db *sql.DB, p CleanupParams, opts ...Option) (CleanupResult, error) {
+	if db == nil {
+		return CleanupResult{}, fmt.Errorf("%w: Cleanup: db is nil", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return CleanupResult{}, err
+	}
+	p.setDefaults()
+	if err := p.validate(); err != nil {
+		return CleanupResult{}, err
+	}
+	return cleanup(ctx, db, newOpsStore(c.table), c, p)
+}
+
+func (p *CleanupParams) setDefaults() {
+	if p.Retention == 0 {
+		p.Retention = DefaultRetention
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = DefaultCleanupBatch
+	}
+}
+
+func (p CleanupParams) validate() error {
+	switch {
+	case p.Retention < 0:
+		return fmt.Errorf("%w: CleanupParams.Retention %s: want a positive duration", ErrInvalidOption, p.Retention)
+	case p.BatchSize < 1 || p.BatchSize > MaxCleanupBatch:
+		return fmt.Errorf("%w: CleanupParams.BatchSize %d: want 1 to %d", ErrInvalidOption, p.BatchSize, MaxCleanupBatch)
+	case p.Pause < 0:
+		return fmt.Errorf("%w: CleanupParams.Pause %s: want zero or a positive duration", ErrInvalidOption, p.Pause)
+	}
+	return nil
+}
+
+func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupParams) (res CleanupResult, err error) {
+	start := time.Now()
+	// One connection for the whole round: the advisory lock belongs to a session, and each batch on it is still
+	// its own autocommitted transaction.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return res, fmt.Errorf("inbox: cleanup %s: connect: %w", s.table, err)
+	}
+	defer conn.Close()
+
+	var locked bool
+	if err := conn.QueryRowContext(ctx, s.cleanupStartSQL, s.lockKey, p.Retention.Microseconds()).Scan(&locked, &res.Cutoff); err != nil {
+		return res, fmt.Errorf("inbox: cleanup %s: lock: %w", s.table, err)
+	}
+	fields := watermill.LogFields{"table": s.table, "retention": p.Retention.String(), "cutoff": res.Cutoff}
+	if !locked {
+		res.Skipped = true
+		c.logger.Debug("Inbox cleanup skipped: another instance is cleaning this table", fields)
+		return res, nil
+	}
+	defer func() { err = errors.Join(err, s.unlock(ctx, conn)) }()
+
+	consumers, err := s.listConsumers(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	for _, consumer := range consumers {
+		from := time.Time{} // year 1, before any processed_at
+		for {
+			var picked, deleted int64
+			err := conn.QueryRowContext(ctx, s.cleanupBatchSQL, consumer, from, res.Cutoff, p.BatchSize).Scan(&picked, &deleted, &from)
+			if err != nil {
+				return res, s.wrap("cleanup", err)
+			}
+			res.Batches++
+			if picked == 0 {
+				break
+			}
+			if deleted == 0 {
+				continue
+			}
+			res.Deleted += deleted
+			c.observer.RowsCleaned(deleted)
+			if p.Progress != nil {
+				p.Progress(CleanupProgress{Consumer: consumer, Batch: res.Batches, Deleted: deleted, Total: res.Deleted})
+			}
+			if p.Pause > 0 {
+				if err := sleep(ctx, p.Pause); err != nil {
+					return res, fmt.Errorf("inbox: cleanup %s: %w", s.table, err)
+				}
+			}
+		}
+	}
+
+	if err := conn.QueryRowContext(ctx, s.abandonedSQL, res.Cutoff).Scan(&res.Abandoned); err != nil {
+		return res, s.wrap("count abandoned leases", err)
+	}
+	res.Took = time.Since(start)
+	fields = fields.Add(watermill.LogFields{"deleted": res.Deleted, "batches": res.Batches, "took": res.Took.String()})
+	c.logger.Info("Inbox cleanup finished", fields)
+	if res.Abandoned > 0 {
+		c.logger.Error("Inbox holds abandoned leases: find them with the CLI's stats, settle them, then forget them",
+			fmt.Errorf("inbox: %d rows of %s are 'processing' with a lease that ran out before %s and no copy took them over",
+				res.Abandoned, s.table, res.Cutoff.Format(time.RFC3339)),
+			fields.Add(watermill.LogFields{"abandoned": res.Abandoned}))
+	}
+	return res, nil
+}
+
+// unlock releases the cleanup lock. If that fails the connection is discarded rather than returned to the pool,
+// where it would keep holding the lock and every later round would be skipped.
+func (s *opsStore) unlock(ctx context.Context, conn *sql.Conn) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var released bool
+	err := conn.QueryRowContext(ctx, s.cleanupUnlockSQL, s.lockKey).Scan(&released)
+	if err == nil && released {
+		return nil
+	}
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	if err != nil {
+		return fmt.Errorf("inbox: cleanup %s: unlock: %w", s.table, err)
+	}
+	return fmt.Errorf("inbox: cleanup %s: unlock: the lock was not held", s.table)
+}
+
+// listConsumers returns the consumers that have rows, in order.
+func (s *opsStore) listConsumers(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) ([]string, error) {
+	rows, err := q.QueryContext(ctx, s.consumersSQL)
+	if err != nil {
+		return nil, s.wrap("list consumers", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var consumer string
+		if err := rows.Scan(&consumer); err != nil {
+			return nil, s.wrap("list consumers", err)
+		}
+		out = append(out, consumer)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list consumers", err)
+	}
+	return out, nil
+}
+
+// wrap adds the operation and the table to a driver error, and turns "no such table" into ErrSchemaMissing.
+func (s *opsStore) wrap(op string, err error) error {
+	if sqlState(err) == "42P01" {
+		return fmt.Errorf("inbox: %s %s: %w: %w", op, s.table, ErrSchemaMissing, err)
+	}
+	return fmt.Errorf("inbox: %s %s: %w", op, s.table, err)
+}
+
+// cleanupLockKey derives the cleanup's advisory lock key from the table name, as migrationLockKey does with
+// another prefix: cleanups of two inbox tables do not exclude each other, and a cleanup never waits for, nor
+// blocks, a migration.
+func cleanupLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("watermill-inbox:cleanup:" + table))
+	return int64(h.Sum64())
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CleanerConfig configures a Cleaner.
+type CleanerConfig struct {
+	// CleanupParams are each round's parameters, with Cleanup's defaults. Progress, when set, is called from the
+	// goroutine that runs the Cleaner.
+	CleanupParams
+
+	// Interval is how long the Cleaner waits after a round before the next. Defaults to DefaultCleanupInterval
+	// (1 hour); at least one second.
+	Interval time.Duration
+
+	// Window is the longest redelivery among the consumers' sources (docs/retention.md has a table): how far back
+	// the inbox must remember. When set, the Cleaner checks after each round it ran how far back each consumer
+	// remembers (Remembers), and logs ErrShortMemory for a consumer it saw covering the window before and no
+	// longer does. Defaults to zero, which turns the check off. It must be shorter than Retention: right after a
+	// round a consumer's oldest row can be younger than Retention by the gap in its traffic at that point, and
+	// without a margin the alarm would fire on every quiet moment.
+	Window time.Duration
+}
+
+// Cleaner deletes expired inbox rows in the background, one Cleanup round every Interval, and raises the
+// retention alarm. It holds no goroutine of its own: Run blocks until its context ends. Run one in every instance
+// of a service if that is simpler than choosing one; the advisory lock lets one clean per round while the others
+// skip.
+type Cleaner struct {
+	db    *sql.DB
+	cfg   CleanerConfig
+	c     config
+	store *opsStore
+	watch *memoryWatch
+}
+
+// NewCleaner checks cfg and the options (the table, logger and observer ones are used) and returns a Cleaner over
+// db. It does not touch the database.
+func NewCleaner(db *sql.DB, cfg CleanerConfig, opts ...Option) (*Cleaner, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: NewCleaner: db is nil", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultCleanupInterval
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Interval < time.Second:
+		return nil, fmt.Errorf("%w: CleanerConfig.Interval %s: want at least 1s", ErrInvalidOption, cfg.Interval)
+	case cfg.Window < 0:
+		return nil, fmt.Errorf("%w: CleanerConfig.Window %s: want zero (no alarm) or a positive duration", ErrInvalidOption, cfg.Window)
+	case cfg.Window >= cfg.Retention:
+		return nil, fmt.Errorf("%w: CleanerConfig.Window %s is not shorter than Retention %s: the inbox would forget "+
+			"messages that can still be redelivered; keep them longer than the window, with a margin", ErrInvalidOption, cfg.Window, cfg.Retention)
+	}
+	cl := &Cleaner{db: db, cfg: cfg, c: c, store: newOpsStore(c.table)}
+	if cfg.Window > 0 {
+		cl.watch = newMemoryWatch(cfg.Window)
+	}
+	return cl, nil
+}
+
+// Run runs a round at once and then one every Interval, until ctx ends, and then returns nil. A failed round is
+// logged and the next one runs on schedule: a database that is down for a while only delays the cleanup. Start it
+// with `go cleaner.Run(ctx)` and stop it by cancelling ctx; a round in flight stops too, its committed batches
+// staying deleted.
+func (cl *Cleaner) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := cl.Round(ctx); err != nil && ctx.Err() == nil {
+			cl.c.logger.Error("Inbox cleanup failed; retrying next round", err,
+				watermill.LogFields{"table": cl.store.table, "next_round_in": cl.cfg.Interval.String()})
+		}
+		t.Reset(cl.cfg.Interval)
+	}
+}
+
+// Round runs one cleanup round now, as Cleanup does, and, if this instance held the lock and Window is set, the
+// retention check. Run calls it; call it yourself to drive the Cleaner from a scheduler of your own.
+func (cl *Cleaner) Round(ctx context.Context) (CleanupResult, error) {
+	res, err := cleanup(ctx, cl.db, cl.store, cl.c, cl.cfg.CleanupParams)
+	if err != nil || res.Skipped || cl.watch == nil {
+		return res, err
+	}
+	ms, err := cl.store.remembers(ctx, cl.db)
+	if err != nil {
+		return res, err
+	}
+	cl.watch.check(ms, cl.store.table, cl.c.logger)
+	return res, nil
+}

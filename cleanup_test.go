@@ -1,0 +1,374 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// insertAged inserts n rows of consumer in state, their processed_at age ago, one millisecond apart from each
+// other (older as the number grows) in groups of tie rows that share a timestamp, as rows of one transaction do.
+// IDs are prefix-1 to prefix-n. One statement, so tens of thousands of rows take milliseconds.
+func (b *testBundle) insertAged(t testing.TB, consumer, prefix, state string, n int, age time.Duration, tie int) {
+	t.Helper()
+	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, processed_at)
+		SELECT $1, $2 || '-' || g, $3, CASE WHEN $3 = 'done' THEN NULL ELSE 1 END,
+			now() - $4 * interval '1 microsecond' - (g / $6) * interval '1 millisecond'
+		FROM generate_series(1, $5::int) g`, consumer, prefix, state, age.Microseconds(), n, tie)
+	require.NoError(t, err)
+}
+
+// cleanedObserver counts the rows the cleanup reports.
+type cleanedObserver struct {
+	inbox.NopObserver
+	cleaned atomic.Int64
+	calls   atomic.Int64
+}
+
+func (o *cleanedObserver) RowsCleaned(n int64) { o.cleaned.Add(n); o.calls.Add(1) }
+
+const thirtyDays = 30 * 24 * time.Hour
+
+func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	// The article's test: 25,000 expired rows and 100 recent ones. Ties of 3,000 rows straddle the batch
+	// boundaries, where a batch resumes from the timestamp the previous one ended on.
+	b.insertAged(t, "wallet-credits", "old", "done", 25_000, thirtyDays, 3_000)
+	b.insertAged(t, "wallet-credits", "new", "done", 100, time.Hour, 1)
+
+	obs := &cleanedObserver{}
+	var batches []int64
+	res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{
+		Retention: inbox.DefaultRetention,
+		Progress:  func(p inbox.CleanupProgress) { batches = append(batches, p.Deleted) },
+	}, inbox.WithTable(b.table), inbox.WithObserver(obs), inbox.WithLogger(b.logs))
+	require.NoError(t, err)
+
+	require.Equal(t, []int64{10_000, 10_000, 5_000}, batches)
+	require.Equal(t, 4, res.Batches, "three batches that deleted rows, then one that found nothing")
+	require.EqualValues(t, 25_000, res.Deleted)
+	require.False(t, res.Skipped)
+	require.EqualValues(t, 25_000, obs.cleaned.Load())
+	require.EqualValues(t, 3, obs.calls.Load(), "one report per batch that deleted rows")
+	require.Equal(t, 100, b.rows(t, "wallet-credits"), "the recent rows stay")
+	var oldLeft int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+` WHERE message_id LIKE 'old-%'`).Scan(&oldLeft))
+	require.Zero(t, oldLeft)
+
+	finished := b.logs.find("Inbox cleanup finished")
+	require.Len(t, finished, 1)
+	require.Equal(t, int64(25_000), finished[0].fields["deleted"])
+	require.Equal(t, b.table, finished[0].fields["table"])
+
+	again, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.Zero(t, again.Deleted)
+	require.Equal(t, 1, again.Batches)
+}
+
+func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DeletesExpiredDoneFailedAndReleasedRowsOfEveryConsumer", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		for _, consumer := range []string{"wallet-credits", "payments", "ledger"} {
+			for _, state := range []string{"done", "failed", "released"} {
+				b.insertAged(t, consumer, "old-"+state, state, 30, 15*24*time.Hour, 1)
+				b.insertAged(t, consumer, "new-"+state, state, 3, 13*24*time.Hour, 1)
+			}
+		}
+		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 7}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.EqualValues(t, 3*3*30, res.Deleted)
+		for _, consumer := range []string{"wallet-credits", "payments", "ledger"} {
+			require.Equal(t, 9, b.rows(t, consumer), "rows younger than 14 days stay")
+		}
+	})
+
+	t.Run("NeverDeletesProcessingRowsAndReportsLeasesAbandonedBeforeTheCutoff", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		// A holder that started 20 days ago with a lease it keeps extending: live, however old its claim.
+		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, processed_at, locked_until)
+			VALUES ('payments', 'live', 'processing', 1, now() - interval '20 days', now() + interval '1 minute'),
+			       ('payments', 'abandoned', 'processing', 1, now() - interval '20 days', now() - interval '19 days'),
+			       ('payments', 'recently-expired', 'processing', 2, now() - interval '20 days', now() - interval '1 hour')`)
+		require.NoError(t, err)
+		b.insertAged(t, "payments", "old", "done", 10, 20*24*time.Hour, 1)
+
+		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithLogger(b.logs))
+		require.NoError(t, err)
+		require.EqualValues(t, 10, res.Deleted)
+		require.EqualValues(t, 1, res.Abandoned, "only the lease that ran out before the cutoff is abandoned")
+		require.Equal(t, 3, b.rows(t, "payments"), "every 'processing' row stays")
+
+		logged := b.logs.find("abandoned leases")
+		require.Len(t, logged, 1)
+		require.Equal(t, "error", logged[0].level)
+		require.ErrorContains(t, logged[0].err, "1 rows")
+	})
+}
+
+func TestCleanup_WhileConsumersClaimLosesAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	// Work for the cleanup: 20,000 expired rows in batches of 100, so it runs through the claims below.
+	b.insertAged(t, "wallet-credits", "old", "done", 20_000, thirtyDays, 1)
+	// Lease-mode messages whose last attempt failed long ago: the cleanup may delete them, a copy may claim them
+	// again at the same moment, and either way each must be applied once and end 'done'.
+	const released = 200
+	b.insertAged(t, "payments", "retry", "released", released, thirtyDays, 1)
+
+	txInbox, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	require.NoError(t, err)
+	leaseInbox, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
+	require.NoError(t, err)
+	var credits atomic.Int64
+	credit := txInbox.Middleware(b.credit(100, &credits))
+	var leaseCalls sync.Map // event ID -> *atomic.Int64
+	pay := leaseInbox.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		n, _ := leaseCalls.LoadOrStore(msg.Metadata.Get(inbox.DefaultIDMetadataKey), new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		return nil, nil
+	})
+
+	cleanupDone := make(chan inbox.CleanupResult, 1)
+	cleanupErr := make(chan error, 1)
+	go func() {
+		res, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100}, inbox.WithTable(b.table))
+		cleanupDone <- res
+		cleanupErr <- err
+	}()
+
+	const messages, workers = 400, 4
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < messages; i += workers {
+				for range 2 { // every message arrives twice
+					if _, err := credit(newMsg(fmt.Sprintf("evt-%d", i))); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if i < released {
+					if _, err := pay(newMsg(fmt.Sprintf("retry-%d", i+1))); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	res := <-cleanupDone
+	require.NoError(t, <-cleanupErr)
+	require.Greater(t, res.Batches, 100, "the cleanup ran in many small batches")
+
+	require.EqualValues(t, messages, credits.Load(), "each message applied once")
+	require.Equal(t, messages*100, b.balance(t))
+	var newRows, oldRows int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FILTER (WHERE message_id LIKE 'evt-%'),
+		count(*) FILTER (WHERE message_id LIKE 'old-%') FROM `+b.table+` WHERE consumer = 'wallet-credits'`).Scan(&newRows, &oldRows))
+	require.Equal(t, messages, newRows, "every claimed row is still there")
+	require.Zero(t, oldRows, "every expired row is gone")
+
+	for i := 1; i <= released; i++ {
+		id := fmt.Sprintf("retry-%d", i)
+		n, ok := leaseCalls.Load(id)
+		require.True(t, ok, "%s was applied", id)
+		require.EqualValues(t, 1, n.(*atomic.Int64).Load(), "%s was applied once", id)
+		require.Equal(t, "done", b.stateOf(t, "payments", id), "%s is remembered as done", id)
+	}
+}
+
+// stateOf returns the state of one row, failing the test if it is missing.
+func (b *testBundle) stateOf(t testing.TB, consumer, id string) string {
+	t.Helper()
+	var state string
+	require.NoError(t, b.db.QueryRow(`SELECT state FROM `+b.table+` WHERE consumer = $1 AND message_id = $2`, consumer, id).Scan(&state))
+	return state
+}
+
+func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
+	ctx := context.Background()
+
+	inFirstBatch, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		var once sync.Once
+		_, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
+			once.Do(func() { close(inFirstBatch); <-release })
+		}}, inbox.WithTable(b.table))
+		first <- err
+	}()
+	<-inFirstBatch
+
+	second, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.True(t, second.Skipped, "the lock is held by the first cleanup")
+	require.Zero(t, second.Deleted)
+
+	close(release)
+	require.NoError(t, <-first)
+	third, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.False(t, third.Skipped, "the first cleanup released the lock when it finished")
+	require.Zero(t, b.rows(t, "wallet-credits"))
+}
+
+func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100, Pause: time.Hour,
+		Progress: func(inbox.CleanupProgress) { cancel() }}, inbox.WithTable(b.table))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 200, b.rows(t, "wallet-credits"), "the committed batch stays deleted")
+
+	res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.False(t, res.Skipped)
+	require.EqualValues(t, 200, res.Deleted)
+}
+
+func TestCleanup_ReportsAMissingTableAsSuch(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	_, err := inbox.Cleanup(context.Background(), db, inbox.CleanupParams{}, inbox.WithTable(uniqueName("inbox_test_missing")))
+	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+}
+
+func TestCleanup_RejectsInvalidParams(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	for name, p := range map[string]inbox.CleanupParams{
+		"NegativeRetention": {Retention: -time.Hour},
+		"NegativeBatch":     {BatchSize: -1},
+		"HugeBatch":         {BatchSize: inbox.MaxCleanupBatch + 1},
+		"NegativePause":     {Pause: -time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := inbox.Cleanup(context.Background(), db, p)
+			require.ErrorIs(t, err, inbox.ErrInvalidOption)
+		})
+	}
+	_, err := inbox.Cleanup(context.Background(), nil, inbox.CleanupParams{})
+	require.ErrorIs(t, err, inbox.ErrInvalidOption)
+}
+
+func TestCleaner(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CleansAtOnceAndStopsWhenItsContextEnds", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		b.insertAged(t, "wallet-credits", "old", "done", 50, thirtyDays, 1)
+		obs := &cleanedObserver{}
+		cl, err := inbox.NewCleaner(b.db, inbox.CleanerConfig{}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- cl.Run(ctx) }()
+		require.Eventually(t, func() bool { return obs.cleaned.Load() == 50 }, 10*time.Second, 10*time.Millisecond)
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after its context was cancelled")
+		}
+	})
+
+	t.Run("RaisesTheAlarmWhenAConsumerItSawCoveringTheWindowNoLongerDoes", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		b.insertAged(t, "wallet-credits", "week", "done", 10, 8*24*time.Hour, 1)
+		b.insertAged(t, "wallet-credits", "day", "done", 10, 24*time.Hour, 1)
+		b.insertAged(t, "new-consumer", "hour", "done", 10, time.Hour, 1)
+		cl, err := inbox.NewCleaner(b.db, inbox.CleanerConfig{Window: 7 * 24 * time.Hour},
+			inbox.WithTable(b.table), inbox.WithLogger(b.logs))
+		require.NoError(t, err)
+		ctx := context.Background()
+
+		_, err = cl.Round(ctx)
+		require.NoError(t, err)
+		require.Empty(t, b.logs.find("rows were deleted too early"), "wallet-credits remembers 8 days, new-consumer is new")
+		young := b.logs.find("younger than the window")
+		require.Len(t, young, 1)
+		require.Equal(t, "info", young[0].level)
+		require.Equal(t, "new-consumer", young[0].fields["consumer"])
+
+		// Someone cleans with a 2-day window, behind the Cleaner's back.
+		_, err = inbox.Cleanup(ctx, b.db, inbox.CleanupParams{Retention: 2 * 24 * time.Hour}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		_, err = cl.Round(ctx)
+		require.NoError(t, err)
+		alarms := b.logs.find("rows were deleted too early")
+		require.Len(t, alarms, 1)
+		require.Equal(t, "error", alarms[0].level)
+		require.ErrorIs(t, alarms[0].err, inbox.ErrShortMemory)
+		require.Equal(t, "wallet-credits", alarms[0].fields["consumer"])
+		require.Len(t, b.logs.find("younger than the window"), 1, "a young consumer is noted once, not every round")
+	})
+
+	t.Run("RejectsAWindowTheRetentionDoesNotExceed", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		_, err := inbox.NewCleaner(db, inbox.CleanerConfig{Window: inbox.DefaultRetention})
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+		_, err = inbox.NewCleaner(db, inbox.CleanerConfig{CleanupParams: inbox.CleanupParams{Retention: 7 * 24 * time.Hour},
+			Window: 31 * 24 * time.Hour})
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+		require.ErrorContains(t, err, "would forget")
+		_, err = inbox.NewCleaner(db, inbox.CleanerConfig{Interval: time.Millisecond})
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+	})
+}
+
+func TestRemembers_ReportsEachConsumersOldestRowThatTheCleanupMayDelete(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.insertAged(t, "wallet-credits", "a", "done", 5, 3*24*time.Hour, 1)
+	b.insertAged(t, "payments", "b", "failed", 5, 2*time.Hour, 1)
+	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, processed_at, locked_until)
+		VALUES ('payments', 'stuck', 'processing', now() - interval '40 days', now() - interval '39 days'),
+		       ('only-processing', 'x', 'processing', now() - interval '1 hour', now() + interval '1 hour')`)
+	require.NoError(t, err)
+
+	ms, err := inbox.Remembers(context.Background(), b.db, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.Len(t, ms, 2, "a consumer with only 'processing' rows has nothing the cleanup may delete")
+	require.Equal(t, "payments", ms[0].Consumer)
+	require.InDelta(t, (2 * time.Hour).Seconds(), ms[0].Age.Seconds(), 60, "the abandoned lease does not count")
+	require.Equal(t, "wallet-credits", ms[1].Consumer)
+	require.InDelta(t, (3 * 24 * time.Hour).Seconds(), ms[1].Age.Seconds(), 60)
+	require.True(t, ms[1].Covers(48*time.Hour))
+	require.False(t, ms[1].Covers(7*24*time.Hour))
+
+	_, err = inbox.Remembers(context.Background(), b.db, inbox.WithTable(uniqueName("inbox_test_missing")))
+	require.True(t, errors.Is(err, inbox.ErrSchemaMissing))
+}

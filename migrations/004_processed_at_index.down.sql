@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS "watermill_inbox_processing";
+DROP INDEX IF EXISTS "watermill_inbox_processed_at";

@@ -1,0 +1,120 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// ErrShortMemory reports a consumer whose inbox remembers less than the redelivery window declared for it: a
+// copy redelivered from before its oldest row would be applied again. The Cleaner logs it; Remembers and
+// ConsumerMemory.Covers let you check for it yourself.
+var ErrShortMemory = errors.New("inbox: remembers less than the redelivery window")
+
+// ConsumerMemory is how far back the inbox remembers the messages of one consumer.
+type ConsumerMemory struct {
+	// Consumer is the consumer's name.
+	Consumer string
+	// Oldest is the last state change (processed_at) of the consumer's oldest row that the cleanup may delete,
+	// by the database clock. Rows in 'processing' are left out: an abandoned lease would otherwise make the
+	// consumer look as if it remembered forever.
+	Oldest time.Time
+	// Age is how long ago Oldest was, by the database clock: a redelivery of a message applied within Age is
+	// recognised. It is a lower bound: with no message in the moments before Oldest, the inbox remembered those
+	// moments too, they were just empty.
+	Age time.Duration
+}
+
+// Covers reports whether the consumer remembers at least window: whether a copy redelivered window after its
+// message was applied would still be recognised.
+func (m ConsumerMemory) Covers(window time.Duration) bool { return m.Age >= window }
+
+// Remembers returns how far back the inbox remembers, for each consumer that has rows the cleanup may delete, in
+// order of name. It costs one index probe per consumer (migrations/004), so it is cheap enough for every metrics
+// scrape (the prommetrics package exports it as watermill_inbox_oldest_row_age_seconds).
+//
+// A consumer that started less than the window ago remembers less than the window, and no table can tell it from
+// a consumer whose history was deleted too early: compare Age with the window only for consumers you know are
+// older, or alert on a drop (docs/retention.md). The Cleaner does the latter.
+func Remembers(ctx context.Context, db *sql.DB, opts ...Option) ([]ConsumerMemory, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: Remembers: db is nil", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newOpsStore(c.table).remembers(ctx, db)
+}
+
+func (s *opsStore) remembers(ctx context.Context, db *sql.DB) ([]ConsumerMemory, error) {
+	rows, err := db.QueryContext(ctx, s.memorySQL)
+	if err != nil {
+		return nil, s.wrap("read oldest rows", err)
+	}
+	defer rows.Close()
+	var out []ConsumerMemory
+	for rows.Next() {
+		var m ConsumerMemory
+		var now time.Time
+		if err := rows.Scan(&m.Consumer, &m.Oldest, &now); err != nil {
+			return nil, s.wrap("read oldest rows", err)
+		}
+		m.Age = now.Sub(m.Oldest)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("read oldest rows", err)
+	}
+	return out, nil
+}
+
+// memoryWatch is the Cleaner's retention alarm. It compares each consumer's memory with the declared window, and
+// raises the alarm only for a consumer it has seen covering the window before: a consumer that started less than
+// the window ago remembers less than the window too, and is no fault. A consumer seen short from the start is
+// noted once at info level instead, since it may also be one whose history was cut before this process started;
+// the oldest-row age metric, kept by Prometheus across restarts, catches that case (docs/retention.md).
+type memoryWatch struct {
+	window  time.Duration
+	mu      sync.Mutex
+	covered map[string]bool // seen remembering at least window
+	noted   map[string]bool // seen short before ever covering, and logged once
+}
+
+func newMemoryWatch(window time.Duration) *memoryWatch {
+	return &memoryWatch{window: window, covered: map[string]bool{}, noted: map[string]bool{}}
+}
+
+// check logs what ms says about the window and returns the consumers whose memory dropped below it.
+func (w *memoryWatch) check(ms []ConsumerMemory, table string, logger watermill.LoggerAdapter) (dropped []ConsumerMemory) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range ms {
+		fields := watermill.LogFields{
+			"table":     table,
+			"consumer":  m.Consumer,
+			"remembers": m.Age.Round(time.Second).String(),
+			"window":    w.window.String(),
+			"oldest":    m.Oldest,
+		}
+		switch {
+		case m.Covers(w.window):
+			w.covered[m.Consumer] = true
+		case w.covered[m.Consumer]:
+			dropped = append(dropped, m)
+			logger.Error("Inbox remembers less than the redelivery window: rows were deleted too early",
+				fmt.Errorf("%w: consumer %s remembers %s, the window is %s", ErrShortMemory, m.Consumer,
+					m.Age.Round(time.Second), w.window), fields)
+		case !w.noted[m.Consumer]:
+			w.noted[m.Consumer] = true
+			logger.Info("Inbox remembers less than the redelivery window for a consumer younger than the window, "+
+				"or whose history was deleted before this cleaner started", fields)
+		}
+	}
+	return dropped
+}
