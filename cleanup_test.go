@@ -100,7 +100,7 @@ func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		// A holder that started 20 days ago with a lease it keeps extending: live, however old its claim.
-		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, processed_at, locked_until)
+		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, processed_at, locked_until)
 			VALUES ('payments', 'live', 'processing', 1, now() - interval '20 days', now() + interval '1 minute'),
 			       ('payments', 'abandoned', 'processing', 1, now() - interval '20 days', now() - interval '19 days'),
 			       ('payments', 'recently-expired', 'processing', 2, now() - interval '20 days', now() - interval '1 hour')`)
@@ -354,7 +354,7 @@ func TestRemembers_ReportsEachConsumersOldestRowThatTheCleanupMayDelete(t *testi
 	b := newBundle(t)
 	b.insertAged(t, "wallet-credits", "a", "done", 5, 3*24*time.Hour, 1)
 	b.insertAged(t, "payments", "b", "failed", 5, 2*time.Hour, 1)
-	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, processed_at, locked_until)
+	_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, processed_at, locked_until)
 		VALUES ('payments', 'stuck', 'processing', now() - interval '40 days', now() - interval '39 days'),
 		       ('only-processing', 'x', 'processing', now() - interval '1 hour', now() + interval '1 hour')`)
 	require.NoError(t, err)
