@@ -27,6 +27,7 @@ import (
 	_ "github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/example/internal/kafkademo"
 )
 
 // config is what a run needs; configFromEnv fills it for the command and the test fills it for itself.
@@ -42,13 +43,9 @@ type config struct {
 }
 
 func configFromEnv() config {
-	var brokers []string
-	if s := os.Getenv("KAFKA_BROKERS"); s != "" {
-		brokers = strings.Split(s, ",")
-	}
 	return config{
 		DatabaseURL: cmp.Or(os.Getenv("DATABASE_URL"), "postgres://root@127.0.0.1:5432/test?sslmode=disable"),
-		Brokers:     brokers,
+		Brokers:     kafkademo.BrokersFromEnv(),
 		Partitions:  4,
 		Accounts:    3,
 		Events:      24,
@@ -95,7 +92,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 		return res, err
 	}
 
-	brokers, stopBrokers, err := startBrokers(cfg.Brokers)
+	brokers, stopBrokers, err := kafkademo.StartBrokers(cfg.Brokers)
 	if err != nil {
 		return res, err
 	}
@@ -106,7 +103,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	// credited to this run's freshly zeroed accounts.
 	runID := watermill.NewShortUUID()
 	res.Topic = "deposits-" + runID
-	sub, err := newSubscriber(brokers, "wallet-credits-"+runID, cfg.Partitions, cfg.Logger)
+	sub, err := kafkademo.NewSubscriber(brokers, "wallet-credits-"+runID, cfg.Partitions, cfg.Logger)
 	if err != nil {
 		return res, err
 	}
@@ -128,7 +125,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	go func() { routerDone <- router.Run(ctx) }()
 	defer func() { err = errors.Join(err, router.Close(), <-routerDone) }()
 
-	kafkaPub, err := newPublisher(brokers, cfg.Logger)
+	kafkaPub, err := kafkademo.NewPublisher(brokers, cfg.Logger)
 	if err != nil {
 		return res, err
 	}
