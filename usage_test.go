@@ -1,0 +1,66 @@
+package inbox_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// freshModuleMain is the README's usage, verbatim where it matters, as a user's program would hold it.
+const freshModuleMain = `package main
+
+import (
+	"database/sql"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	_ "github.com/lib/pq"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func main() {
+	db, _ := sql.Open("postgres", "postgres://localhost/app")
+	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	sub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	router.AddMiddleware(inbox.Middleware(db))
+	router.AddNoPublisherHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
+		tx, _ := inbox.TxFromContext(msg.Context())
+		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", 100, 1)
+		return err
+	})
+}
+`
+
+func TestOneLineUsageCompilesInAFreshModule(t *testing.T) {
+	t.Parallel()
+	repo, err := filepath.Abs(".")
+	require.NoError(t, err)
+	goSum, err := os.ReadFile("go.sum")
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	// The user's module points the library at this checkout; go.sum is the library's, so tidy finds every
+	// checksum it needs without asking the checksum database.
+	userMod := "module example.com/wallet\n\ngo 1.24\n\nrequire github.com/effectively-once/watermill-inbox v0.0.0\n\n" +
+		"replace github.com/effectively-once/watermill-inbox => " + repo + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(userMod), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), goSum, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(freshModuleMain), 0o644))
+
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	run := func(args ...string) {
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go %v:\n%s", args, out)
+	}
+	run("mod", "tidy")
+	run("build", "-o", filepath.Join(dir, "wallet"), ".")
+}
