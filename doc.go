@@ -15,6 +15,14 @@
 //		return err
 //	})
 //
+// # Modes
+//
+// The transaction mode above covers side effects in the same database. For a call to a provider outside it, such
+// as a payment API, WithLease switches to lease mode: a short transaction records the message as processing with a
+// lease, the handler calls out with the stable key from LeaseFromContext, and the row becomes done only if the
+// lease is still the handler's. For an outgoing event, write it on the inbox transaction with watermill-sql's
+// publisher and let Watermill's forwarder relay it: inbox, then outbox.
+//
 // # What is guaranteed
 //
 // For each consumer (by default the Watermill handler's name) and event ID, the effects a handler makes on the

@@ -20,6 +20,8 @@ import (
 //  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it.
 //  5. Commit, and only then return, so the router acks after the effect is durable. An error, a panic or a
 //     cancelled context rolls back the effect and the claim together, and the router nacks.
+//
+// In lease mode (WithLease) steps 2 to 5 are applyLeased's, in lease.go.
 func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
