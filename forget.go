@@ -1,0 +1,84 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// ErrNotFound reports that the inbox has no row for a consumer and event ID: the message was never applied, or
+// its row was cleaned up.
+var ErrNotFound = errors.New("inbox: no such inbox row")
+
+// ForgetParams names the row Forget removes.
+type ForgetParams struct {
+	// Consumer is the consumer the message was applied for, as the inbox stores it (by default the handler's name).
+	Consumer string
+	// ID is the event ID, as the producer set it.
+	ID string
+	// Force removes a 'processing' row even while its lease is live. Without it such a row is kept and Forget
+	// returns ErrLeaseHeld: its holder may be calling out right now, and the next copy would call again.
+	Force bool
+}
+
+// ForgottenRow is the row Forget removed, as it was.
+type ForgottenRow struct {
+	// State is the row's state: "done", or in lease mode "failed", "released" or "processing".
+	State string
+	// ProcessedAt is the row's last state change, by the database clock.
+	ProcessedAt time.Time
+	// Attempts is how many times lease mode claimed the message; 0 in transaction mode.
+	Attempts int
+	// LastError is why lease mode's last attempt ended without "done", if it did.
+	LastError string
+	// HadProduced is true when the row kept messages the handler produced, which a redelivery would have sent
+	// again and which a new run will produce anew.
+	HadProduced bool
+}
+
+// Forget removes the inbox row of one message, so that its next copy is applied again: for a message whose effect
+// was rolled back by hand, or a 'failed' lease-mode message to be retried after a fix. It logs what it removed.
+// It returns ErrNotFound when there is no such row, and ErrLeaseHeld for a live lease unless p.Force is set.
+// Forget reads the table and logger options.
+func Forget(ctx context.Context, db *sql.DB, p ForgetParams, opts ...Option) (ForgottenRow, error) {
+	if db == nil {
+		return ForgottenRow{}, fmt.Errorf("%w: Forget: db is nil", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return ForgottenRow{}, err
+	}
+	if p.Consumer == "" || p.ID == "" {
+		return ForgottenRow{}, fmt.Errorf("%w: Forget: the consumer and the ID must both be set", ErrInvalidOption)
+	}
+	s := newOpsStore(c.table)
+	var r ForgottenRow
+	err = db.QueryRowContext(ctx, s.forgetSQL, p.Consumer, p.ID, p.Force).
+		Scan(&r.State, &r.ProcessedAt, &r.Attempts, &r.LastError, &r.HadProduced)
+	switch {
+	case err == nil:
+		c.logger.Info("Inbox row forgotten: the next copy of the message will be applied again", watermill.LogFields{
+			"table": c.table, "consumer": p.Consumer, "event_id": p.ID, "state": r.State,
+			"processed_at": r.ProcessedAt, "attempts": r.Attempts, "last_error": r.LastError, "had_produced": r.HadProduced,
+		})
+		return r, nil
+	case sqlState(err) == "22P02": // not a UUID, in a uuid column: no row can have it
+		return r, fmt.Errorf("inbox: forget %s/%s: %w (the table stores UUIDs)", p.Consumer, p.ID, ErrNotFound)
+	case !errors.Is(err, sql.ErrNoRows):
+		return r, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
+	}
+	var remainingMS int64
+	err = db.QueryRowContext(ctx, s.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return r, fmt.Errorf("inbox: forget %s/%s: %w", p.Consumer, p.ID, ErrNotFound)
+	case err != nil:
+		return r, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
+	}
+	return r, fmt.Errorf("inbox: forget %s/%s: %w for another %s; wait for it to end, or force", p.Consumer, p.ID,
+		ErrLeaseHeld, (time.Duration(remainingMS) * time.Millisecond).Round(time.Second))
+}

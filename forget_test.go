@@ -1,0 +1,114 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestForget(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RemovesTheRowSoTheNextCopyIsAppliedAgainAndLogsWhatItRemoved", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		h := ib.Middleware(b.credit(100, nil))
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+
+		row, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"},
+			inbox.WithTable(b.table), inbox.WithLogger(b.logs))
+		require.NoError(t, err)
+		require.Equal(t, "done", row.State)
+		require.WithinDuration(t, time.Now(), row.ProcessedAt, time.Minute)
+		logged := b.logs.find("Inbox row forgotten")
+		require.Len(t, logged, 1)
+		require.Equal(t, "evt-1", logged[0].fields["event_id"])
+		require.Equal(t, "wallet-credits", logged[0].fields["consumer"])
+
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 200, b.balance(t), "the forgotten message was applied again")
+	})
+
+	t.Run("ReportsAMissingRowAsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		_, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.table))
+		require.ErrorIs(t, err, inbox.ErrNotFound)
+	})
+
+	t.Run("ReportsAnIDThatIsNoUUIDAsNotFoundInAUUIDTable", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := uniqueName("inbox_test")
+		t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_migrations`) })
+		opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
+		require.NoError(t, inbox.Migrate(context.Background(), db, opts...))
+		_, err := inbox.Forget(context.Background(), db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)
+		require.ErrorIs(t, err, inbox.ErrNotFound)
+	})
+
+	t.Run("KeepsALiveLeaseUnlessForced", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, locked_until)
+			VALUES ('payments', 'evt-1', 'processing', 1, now() + interval '1 hour')`)
+		require.NoError(t, err)
+		_, err = inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "payments", ID: "evt-1"}, inbox.WithTable(b.table))
+		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
+		require.Equal(t, 1, b.rows(t, "payments"))
+
+		row, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "payments", ID: "evt-1", Force: true}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.Equal(t, "processing", row.State)
+		require.Equal(t, 1, row.Attempts)
+		require.Zero(t, b.rows(t, "payments"))
+	})
+
+	t.Run("RejectsAnEmptyConsumerOrID", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		_, err := inbox.Forget(context.Background(), db, inbox.ForgetParams{ID: "evt-1"})
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+	})
+}
+
+func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.insertAged(t, "wallet-credits", "a", "done", 20, 2*24*time.Hour, 1)
+	b.insertAged(t, "payments", "f", "failed", 2, time.Hour, 1)
+	b.insertAged(t, "payments", "r", "released", 3, time.Hour, 1)
+	_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, processed_at, locked_until)
+		VALUES ('payments', 'live', 'processing', 1, now(), now() + interval '1 hour'),
+		       ('payments', 'stuck', 'processing', 1, now() - interval '30 days', now() - interval '29 days')`)
+	require.NoError(t, err)
+
+	st, err := inbox.ReadStats(context.Background(), b.db, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.Equal(t, b.table, st.Table)
+	require.Positive(t, st.TableBytes)
+	require.Positive(t, st.IndexBytes)
+	require.GreaterOrEqual(t, st.TotalBytes, st.TableBytes+st.IndexBytes)
+	require.Len(t, st.Consumers, 2)
+
+	p := st.Consumers[0]
+	require.Equal(t, "payments", p.Consumer)
+	require.EqualValues(t, 7, p.Rows)
+	require.EqualValues(t, [5]int64{0, 2, 3, 1, 1}, [5]int64{p.Done, p.Failed, p.Released, p.Processing, p.Expired})
+	require.InDelta(t, time.Hour.Seconds(), p.Age.Seconds(), 60, "the stuck lease does not count as memory")
+
+	w := st.Consumers[1]
+	require.Equal(t, "wallet-credits", w.Consumer)
+	require.EqualValues(t, 20, w.Rows)
+	require.EqualValues(t, 20, w.Done)
+	require.InDelta(t, (48 * time.Hour).Seconds(), w.Age.Seconds(), 60)
+
+	_, err = inbox.ReadStats(context.Background(), b.db, inbox.WithTable(uniqueName("inbox_test_missing")))
+	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+}
