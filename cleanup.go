@@ -56,7 +56,7 @@ type CleanupParams struct {
 type CleanupProgress struct {
 	// Consumer is the consumer whose rows the batch deleted.
 	Consumer string
-	// Batch counts the batches of this cleanup that deleted rows, this one included, from 1.
+	// Batch counts the DELETE statements this cleanup has run, this one included, as CleanupResult.Batches does.
 	Batch int
 	// Deleted is how many rows this batch deleted.
 	Deleted int64

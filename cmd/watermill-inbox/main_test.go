@@ -1,0 +1,215 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	_ "github.com/lib/pq"
+	"github.com/stretchr/testify/require"
+)
+
+// The binary under test, built once by TestMain from this directory's source.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "watermill-inbox-cli")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "watermill-inbox")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the CLI: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func testDSN() string {
+	if dsn := os.Getenv("INBOX_TEST_DATABASE_URL"); dsn != "" {
+		return dsn
+	}
+	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// result is what one run of the binary did.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// cli runs the binary with args and DATABASE_URL unset, so only --dsn reaches a database.
+func cli(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// newTable returns a table name no other test uses, a connection to check on it, and drops what migrate creates
+// when the test ends. It fails loudly without PostgreSQL.
+func newTable(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	db, err := sql.Open("postgres", testDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %v", testDSN(), err)
+	}
+	table := fmt.Sprintf("inbox_test_cli_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_migrations`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
+	})
+	return db, table
+}
+
+func TestCLI_HelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
+	help := cli(t, "help")
+	require.Equal(t, 0, help.code)
+	require.Contains(t, help.stdout, "Exit codes:")
+	for _, cmd := range []string{"migrate", "cleanup", "stats", "forget"} {
+		require.Contains(t, help.stdout, "  "+cmd+" ", "help lists %s", cmd)
+		sub := cli(t, cmd, "-h")
+		require.Equal(t, 0, sub.code, "%s -h is not an error", cmd)
+		require.Contains(t, sub.stderr, "Usage: watermill-inbox "+cmd)
+		require.Contains(t, sub.stderr, "-dsn")
+	}
+
+	none := cli(t)
+	require.Equal(t, 2, none.code)
+	require.Contains(t, none.stderr, "Usage:")
+	unknown := cli(t, "vacuum")
+	require.Equal(t, 2, unknown.code)
+	require.Contains(t, unknown.stderr, `unknown command "vacuum"`)
+	badFlag := cli(t, "cleanup", "--window", "fortnight")
+	require.Equal(t, 2, badFlag.code)
+	missing := cli(t, "forget", "--consumer", "wallet-credits")
+	require.Equal(t, 2, missing.code)
+	require.Contains(t, missing.stderr, "--consumer and --id are required")
+	badTable := cli(t, "stats", "--dsn", testDSN(), "--table", "Robert'); DROP TABLE students;--")
+	require.Equal(t, 2, badTable.code, "an invalid table name is a usage error, and never reaches SQL")
+}
+
+func TestCLI_ReportsAnUnreachableDatabaseAsAnError(t *testing.T) {
+	t.Parallel()
+	res := cli(t, "stats", "--dsn", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "connect to PostgreSQL")
+}
+
+func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
+	t.Parallel()
+	db, table := newTable(t)
+	dsn := testDSN()
+	common := []string{"--dsn", dsn, "--table", table}
+
+	res := cli(t, append([]string{"stats"}, common...)...)
+	require.Equal(t, 1, res.code, "stats of a table that does not exist fails")
+	require.Contains(t, res.stderr, "does not exist")
+
+	res = cli(t, append([]string{"migrate"}, common...)...)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `^`+table+` is at schema version \d+ \(\w+\)\n$`, res.stdout)
+	require.Equal(t, 0, cli(t, append([]string{"migrate"}, common...)...).code, "migrate again is a no-op")
+
+	_, err := db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
+		SELECT 'wallet-credits', 'old-' || g, now() - interval '20 days' - g * interval '1 second' FROM generate_series(1, 250) g`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
+		SELECT 'wallet-credits', 'evt-' || g, now() - interval '2 days' FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, state, attempts, processed_at, locked_until)
+		VALUES ('payments', 'live', 'processing', 1, now(), now() + interval '1 hour'),
+		       ('payments', 'stuck', 'processing', 2, now() - interval '30 days', now() - interval '29 days'),
+		       ('payments', 'gave-up', 'failed', 5, now() - interval '1 day', NULL)`)
+	require.NoError(t, err)
+
+	t.Run("CleanupDeletesInBatchesWithProgressAndASummary", func(t *testing.T) {
+		res := cli(t, append([]string{"cleanup", "--window", "14d", "--batch", "100", "--progress", "0s"}, common...)...)
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Regexp(t, `^deleted 250 rows of `+table+` older than 14d \(before [0-9T:Z-]+\) in 5 batches, `, res.stdout)
+		require.Contains(t, res.stdout, "left 1 abandoned leases")
+		require.Regexp(t, regexp.MustCompile(`(?m)^cleanup: 100 rows deleted in 2 batches`), res.stderr)
+		require.Regexp(t, regexp.MustCompile(`(?m)^cleanup: 250 rows deleted in 4 batches`), res.stderr)
+		require.Contains(t, res.stderr, "Inbox cleanup finished", "the library's log goes to stderr")
+	})
+
+	t.Run("StatsShowsConsumersStatesMemoryAndSize", func(t *testing.T) {
+		res := cli(t, append([]string{"stats"}, common...)...)
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Regexp(t, `^table `+table+`: 8 rows; heap .+, indexes .+, total .+ \(\d+ bytes per row\)\n`, res.stdout)
+		require.Regexp(t, `wallet-credits\s+5\s+5\s+0\s+0\s+0\s+0\s+2d\s+`, res.stdout)
+		require.Regexp(t, `payments\s+3\s+0\s+1\s+0\s+1\s+1\s+1d\s+`, res.stdout)
+		require.Contains(t, res.stdout, "1 'processing' rows have an expired lease")
+
+		short := cli(t, append([]string{"stats", "--warn-below", "36h"}, common...)...)
+		require.Equal(t, 4, short.code, "payments remembers one day, less than 36 hours")
+		require.Contains(t, short.stderr, "warning: payments remembers 1d")
+		require.NotContains(t, short.stderr, "wallet-credits")
+		require.Equal(t, 0, cli(t, append([]string{"stats", "--warn-below", "12h"}, common...)...).code)
+
+		js := cli(t, append([]string{"stats", "--json"}, common...)...)
+		require.Equal(t, 0, js.code, js.stderr)
+		var st struct {
+			Table     string `json:"table"`
+			Consumers []struct {
+				Consumer      string  `json:"consumer"`
+				Rows          int64   `json:"rows"`
+				ExpiredLeases int64   `json:"expired_leases"`
+				Remembers     float64 `json:"remembers_seconds"`
+			} `json:"consumers"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(js.stdout), &st))
+		require.Equal(t, table, st.Table)
+		require.Len(t, st.Consumers, 2)
+		require.Equal(t, "payments", st.Consumers[0].Consumer)
+		require.EqualValues(t, 1, st.Consumers[0].ExpiredLeases)
+		require.InDelta(t, (48 * time.Hour).Seconds(), st.Consumers[1].Remembers, 60)
+	})
+
+	t.Run("ForgetRemovesOneRowAndTellsMissingAndLiveRowsApart", func(t *testing.T) {
+		res := cli(t, append([]string{"forget", "--consumer", "payments", "--id", "gave-up"}, common...)...)
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Regexp(t, `^forgot payments/gave-up: it was failed since [0-9T:Z-]+ after 5 attempts\n$`, res.stdout)
+		require.Contains(t, res.stderr, "Inbox row forgotten", "the deletion is logged")
+
+		again := cli(t, append([]string{"forget", "--consumer", "payments", "--id", "gave-up"}, common...)...)
+		require.Equal(t, 3, again.code)
+		require.Contains(t, again.stderr, "no such inbox row")
+
+		live := cli(t, append([]string{"forget", "--consumer", "payments", "--id", "live"}, common...)...)
+		require.Equal(t, 5, live.code)
+		require.Contains(t, live.stderr, "lease is held")
+		forced := cli(t, append([]string{"forget", "--consumer", "payments", "--id", "live", "--force"}, common...)...)
+		require.Equal(t, 0, forced.code, forced.stderr)
+
+		var left int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+` WHERE consumer = 'payments'`).Scan(&left))
+		require.Equal(t, 1, left, "only the abandoned lease is left")
+	})
+}
