@@ -154,8 +154,10 @@ func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string, msg
 	return nil
 }
 
-// encodeProduced returns msgs as the produced column keeps them, or nil (SQL NULL) when there are none.
-func encodeProduced(consumer, id string, msgs []*message.Message) ([]byte, error) {
+// encodeProduced returns msgs as the produced column keeps them, or nil (SQL NULL) when there are none. The JSON
+// goes as a string, a text parameter: as []byte, drivers that send byte slices in binary format (lib/pq with
+// binary_parameters=yes) would hand jsonb a value without its binary version header.
+func encodeProduced(consumer, id string, msgs []*message.Message) (any, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -167,7 +169,7 @@ func encodeProduced(consumer, id string, msgs []*message.Message) ([]byte, error
 	if err != nil {
 		return nil, fmt.Errorf("inbox: encode produced messages of %s/%s: %w", consumer, id, err)
 	}
-	return raw, nil
+	return string(raw), nil
 }
 
 // storedMessage is a produced message as the produced column keeps it. Payload is base64 in JSON, which keeps
