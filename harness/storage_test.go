@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/lib/pq"
+)
+
+func storageTestDB(t *testing.T) *sql.DB {
+	t.Helper()
+	dsn := os.Getenv("INBOX_TEST_DATABASE_URL")
+	if dsn == "" {
+		dsn = defaultDSN
+	}
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %v", dsn, err)
+	}
+	return db
+}
+
+// The heap figures follow from PostgreSQL's page layout alone (storage.md works them out), so a small table
+// must land near them: a wrong column type or a missing column would move them by whole bytes.
+func TestStorageMeasure_HeapBytesPerRowFollowThePageLayout(t *testing.T) {
+	db := storageTestDB(t)
+	ctx := context.Background()
+	const rows = 20_000
+	want := map[string]float64{ // exact for a table of full pages; a small table's last page adds up to one page
+		"article/text": 93.1, "article/uuid v4": 68.3, "article/uuid v7": 68.3,
+		"inbox/text": 109.2, "inbox/uuid v4": 84.5, "inbox/uuid v7": 84.5,
+	}
+	got := map[string]storageSizes{}
+	for _, shape := range []string{"article", "inbox"} {
+		for _, key := range storageKeys {
+			s, err := storageMeasure(ctx, db, shape, key, rows)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", shape, key, err)
+			}
+			got[shape+"/"+key] = s
+			if w := want[shape+"/"+key]; s.Heap < w-0.1 || s.Heap > w+8192.0/rows+0.1 {
+				t.Errorf("%s/%s: heap %.1f bytes per row, want %.1f", shape, key, s.Heap, w)
+			}
+		}
+	}
+	if v4, v7 := got["article/uuid v4"].Index, got["article/uuid v7"].Index; v7 >= v4 {
+		t.Errorf("uuid v7 index %.1f bytes per row, not smaller than v4's %.1f: time-ordered keys should pack tighter", v7, v4)
+	}
+	if c := got["inbox/uuid v7"].Cleanup; c < 30 || c > 50 {
+		t.Errorf("cleanup index %.1f bytes per row, want about 40", c)
+	}
+	if c := got["article/text"].Cleanup; c != 0 {
+		t.Errorf("the article's table has no cleanup index, measured %.1f", c)
+	}
+}
+
+func TestRunStorage_PrintsTheTablesAndWritesTheChart(t *testing.T) {
+	storageTestDB(t)
+	svg := filepath.Join(t.TempDir(), "storage.svg")
+	stdout := os.Stdout
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout = w
+	runErr := runStorage([]string{"--runs", "1", "--rows", "2000", "--svg", svg})
+	os.Stdout = stdout
+	w.Close()
+	out := new(strings.Builder)
+	buf := make([]byte, 1<<16)
+	for {
+		n, err := r.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	for _, s := range []string{"| uuid v7 |", "194.5", "cleanup index", "70,000,000 rows"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "<svg") || !strings.Contains(string(b), "uuid v7") {
+		t.Errorf("chart is not an SVG of the three key types:\n%s", b)
+	}
+}
