@@ -1,4 +1,4 @@
--- Indexes for retention (inbox.Cleanup, inbox.Remembers, inbox.ReadStats).
+-- Indexes for retention: inbox.Cleanup, inbox.Remembers (the retention alarm and its metric), abandoned leases.
 --
 -- "watermill_inbox_processed_at" lets the cleanup find a consumer's expired rows, oldest first, and lets the
 -- retention alarm read each consumer's oldest row, without scanning the table. It leads with consumer because
