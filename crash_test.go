@@ -36,7 +36,36 @@ func TestMain(m *testing.M) {
 	case os.Getenv(paymentProcessEnv) != "":
 		os.Exit(runPaymentProcess())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	dropOrphanGuards()
+	os.Exit(code)
+}
+
+// dropOrphanGuards drops the guard functions of migration 003 whose tables the tests dropped. A function whose
+// trigger still exists (a table of a test running in another process) cannot be dropped without CASCADE, so it
+// stays.
+func dropOrphanGuards() {
+	db, err := sql.Open("postgres", testDSN())
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.proname LIKE '%\_unfinished\_claim' AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgfoid = p.oid)`)
+	if err != nil {
+		return
+	}
+	var fns []string
+	for rows.Next() {
+		var fn string
+		if rows.Scan(&fn) == nil {
+			fns = append(fns, fn)
+		}
+	}
+	rows.Close()
+	for _, fn := range fns {
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + fn)
+	}
 }
 
 // consumer process modes
