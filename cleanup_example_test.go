@@ -19,7 +19,7 @@ func ExampleCleanup() {
 	}
 	defer db.Close()
 	table := uniqueName("inbox_example")
-	defer db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_migrations`)
+	defer db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
 	if err := inbox.Migrate(ctx, db, inbox.WithTable(table)); err != nil {
 		fmt.Println(err)
 		return

@@ -22,7 +22,7 @@ func ExampleMiddleware() {
 	}
 	defer db.Close()
 	table := uniqueName("inbox_example")
-	defer db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_migrations, ` + table + `_accounts`)
+	defer db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations, ` + table + `_accounts`)
 	if err := inbox.Migrate(ctx, db, inbox.WithTable(table)); err != nil {
 		fmt.Println(err)
 		return

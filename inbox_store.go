@@ -18,6 +18,7 @@ type store struct {
 	table       string
 	claimSQL    string
 	producedSQL string
+	saveSQL     string
 	finishSQL   string
 
 	leaseClaimSQL    string
@@ -52,14 +53,16 @@ func newStore(table string) *store {
 			RETURNING true`),
 
 		// Runs only on a duplicate, which is rare, so the claim above stays one statement. A new statement takes a
-		// new snapshot under READ COMMITTED, so it sees the row whose commit made the claim do nothing.
-		producedSQL: q(`SELECT produced FROM {table} WHERE consumer = $1 AND message_id = $2`),
+		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing.
+		producedSQL: q(`SELECT produced FROM {table}_produced WHERE consumer = $1 AND message_id = $2`),
 
-		// Runs in the claim's transaction after the handler succeeded, and only when there is something to
-		// record: produced messages, which then commit with the effect they describe and can be sent again when
-		// the router's publish after the commit fails; or an 'applying' claim, which the handler's success turns
-		// 'done'. The common case, a handler in the inbox's own transaction that produces nothing, skips it.
-		finishSQL: q(`UPDATE {table} SET state = 'done', produced = $3 WHERE consumer = $1 AND message_id = $2`),
+		// Runs in the claim's transaction, only when the handler produced messages: they commit with the effect
+		// they describe, and can be sent again when the router's publish after the commit fails.
+		saveSQL: q(`INSERT INTO {table}_produced (consumer, message_id, produced) VALUES ($1, $2, $3)`),
+
+		// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
+		// succeeded (migrations/003_applying_guard.up.sql says why).
+		finishSQL: q(`UPDATE {table} SET state = 'done' WHERE consumer = $1 AND message_id = $2`),
 
 		// Lease mode's claim, one autocommitted statement so the claim is durable before the handler calls out.
 		// A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
@@ -88,22 +91,34 @@ func newStore(table string) *store {
 			FROM {table} WHERE consumer = $1 AND message_id = $2`),
 
 		// Every write of a holder is a compare-and-set on its lease token and the 'processing' state: once the
-		// lease was taken over, the old holder's write matches no row and it learns that it lost the lease.
+		// lease was taken over, the old holder's write matches no row, returns none, and it learns that it lost
+		// the lease.
 		leaseExtendSQL: q(`UPDATE {table} SET locked_until = now() + $4 * interval '1 millisecond'
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			RETURNING 1`),
 		leaseReleaseSQL: q(`UPDATE {table} SET state = 'released', locked_until = NULL, last_error = $4, processed_at = now()
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
-		leaseCompleteSQL: q(`UPDATE {table} SET state = 'done', locked_until = NULL, produced = $4, processed_at = now()
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			RETURNING 1`),
+		// Marks 'done' and stores the produced messages, if any, in one statement: a crash cannot leave a 'done'
+		// row whose messages were never stored, which a redelivery would then skip without sending them.
+		leaseCompleteSQL: q(`WITH done AS (
+				UPDATE {table} SET state = 'done', locked_until = NULL, processed_at = now()
+				WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+				RETURNING consumer, message_id
+			), saved AS (
+				INSERT INTO {table}_produced (consumer, message_id, produced)
+				SELECT consumer, message_id, $4::jsonb FROM done WHERE $4::jsonb IS NOT NULL
+			)
+			SELECT 1 FROM done`),
 		leaseFailSQL: q(`UPDATE {table} SET state = 'failed', locked_until = NULL, last_error = $4, processed_at = now()
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'`),
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			RETURNING 1`),
 	}
 }
 
 // querier is what *sql.DB and *sql.Tx share, for queries that run in a transaction or on their own.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
 // claim inserts the row for (consumer, id) in tx, in state, and reports whether tx now owns it. false means the
@@ -124,11 +139,11 @@ func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id, state strin
 func (s *store) produced(ctx context.Context, q querier, consumer, id string) ([]*message.Message, error) {
 	var raw []byte
 	err := q.QueryRowContext(ctx, s.producedSQL, consumer, id).Scan(&raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil // the handler produced nothing
+	}
 	if err != nil {
 		return nil, s.wrap("read produced messages", consumer, id, err)
-	}
-	if raw == nil {
-		return nil, nil
 	}
 	var stored []storedMessage
 	if err := json.Unmarshal(raw, &stored); err != nil {
@@ -142,13 +157,21 @@ func (s *store) produced(ctx context.Context, q querier, consumer, id string) ([
 	return msgs, nil
 }
 
-// finish marks the claimed row 'done' with msgs stored on it, in the claim's transaction.
-func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string, msgs []*message.Message) error {
+// saveProduced stores msgs for the claimed row, in the claim's transaction.
+func (s *store) saveProduced(ctx context.Context, tx *sql.Tx, consumer, id string, msgs []*message.Message) error {
 	raw, err := encodeProduced(consumer, id, msgs)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, s.finishSQL, consumer, id, raw); err != nil {
+	if _, err := tx.ExecContext(ctx, s.saveSQL, consumer, id, raw); err != nil {
+		return s.wrap("store produced messages", consumer, id, err)
+	}
+	return nil
+}
+
+// finish turns an 'applying' claim 'done', in the claim's transaction.
+func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string) error {
+	if _, err := tx.ExecContext(ctx, s.finishSQL, consumer, id); err != nil {
 		return s.wrap("finish claim", consumer, id, err)
 	}
 	return nil
@@ -236,14 +259,13 @@ func (s *store) claimLease(ctx context.Context, db querier, consumer, id, token 
 
 // fenced runs one of the lease's compare-and-set writes and returns ErrLeaseLost when it matched no row.
 func (s *store) fenced(ctx context.Context, db querier, query, op, consumer, id, token string, arg any) error {
-	res, err := db.ExecContext(ctx, query, consumer, id, token, arg)
-	if err != nil {
-		return s.wrap(op, consumer, id, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return s.wrap(op, consumer, id, err)
-	} else if n == 0 {
+	var one int
+	err := db.QueryRowContext(ctx, query, consumer, id, token, arg).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, ErrLeaseLost)
+	case err != nil:
+		return s.wrap(op, consumer, id, err)
 	}
 	return nil
 }

@@ -121,7 +121,8 @@ func newOpsStore(table string) *opsStore {
 		forgetSQL: q(`DELETE FROM {table}
 			WHERE consumer = $1 AND message_id = $2
 				AND (state <> 'processing' OR locked_until IS NULL OR locked_until <= now() OR $3)
-			RETURNING state, processed_at, coalesce(attempts, 0), coalesce(last_error, ''), produced IS NOT NULL`),
+			RETURNING state, processed_at, coalesce(attempts, 0), coalesce(last_error, ''),
+				EXISTS (SELECT 1 FROM {table}_produced p WHERE p.consumer = $1 AND p.message_id = $2)`),
 
 		// Runs only when forgetSQL deleted nothing, to tell a missing row from a live lease.
 		forgetLeftoverSQL: q(`SELECT greatest(0, extract(epoch FROM locked_until - now()) * 1000)::bigint

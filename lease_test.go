@@ -198,6 +198,25 @@ func TestLease_Takeover(t *testing.T) {
 	})
 }
 
+func TestLease_ProducedMessagesAreStoredWithDoneAndReturnedToEveryCopy(t *testing.T) {
+	t.Parallel()
+	ib, _ := setup(t, inbox.WithLease(time.Minute))
+	var calls atomic.Int64
+	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		return []*message.Message{message.NewMessage("receipt-1", []byte("paid"))}, nil
+	})
+	first, err := h(newMsg("pay-1"))
+	require.NoError(t, err)
+	again, err := h(newMsg("pay-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls.Load())
+	require.Len(t, again, 1)
+	require.Equal(t, first[0].UUID, again[0].UUID)
+	require.Equal(t, "paid", string(again[0].Payload))
+	require.Equal(t, "receipt-1", again[0].Metadata.Get(inbox.DefaultIDMetadataKey))
+}
+
 func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {
 	t.Parallel()
 	ib, b := setup(t, inbox.WithLease(time.Minute))

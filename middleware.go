@@ -86,9 +86,14 @@ func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, 
 	if err != nil {
 		return nil, false, err
 	}
-	if len(produced) > 0 || state != stateDone {
+	if state != stateDone {
+		if err := i.store.finish(ctx, tx, consumer, id); err != nil {
+			return nil, false, err
+		}
+	}
+	if len(produced) > 0 {
 		stampEventIDs(produced, i.cfg.idKey)
-		if err := i.store.finish(ctx, tx, consumer, id, produced); err != nil {
+		if err := i.store.saveProduced(ctx, tx, consumer, id, produced); err != nil {
 			return nil, false, err
 		}
 	}

@@ -39,7 +39,8 @@ func Migrations(opts ...Option) ([]Migration, error) {
 	return migrations(c.table, c.idType)
 }
 
-// textIDColumn is how 001_inbox.up.sql declares message_id; IDTypeUUID swaps text for uuid in that one line.
+// textIDColumn is how 001_inbox.up.sql declares message_id, in the inbox table and the produced table alike;
+// IDTypeUUID swaps text for uuid in those lines.
 const (
 	textIDColumn = "message_id   text        NOT NULL,"
 	uuidIDColumn = "message_id   uuid        NOT NULL,"
@@ -75,7 +76,7 @@ func migrations(table string, idType IDType) ([]Migration, error) {
 			if !strings.Contains(m.Up, textIDColumn) {
 				return nil, fmt.Errorf("inbox: migration file %s: cannot find the message_id column to make it uuid", up)
 			}
-			m.Up = strings.Replace(m.Up, textIDColumn, uuidIDColumn, 1)
+			m.Up = strings.ReplaceAll(m.Up, textIDColumn, uuidIDColumn)
 		}
 		out = append(out, m)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -20,7 +21,7 @@ func TestMigrate(t *testing.T) {
 		db := openDB(t)
 		table := uniqueName("inbox_test")
 		t.Cleanup(func() {
-			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table)
+			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced`)
 			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_migrations`)
 		})
 		const instances = 8
@@ -45,6 +46,29 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, len(ms), applied)
 		var n int
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table).Scan(&n), "the inbox table exists")
+	})
+
+	t.Run("TheInboxTableKeepsEightColumnsSoItsNullBitmapFitsTheTupleHeader", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		var columns int
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, b.table).Scan(&columns))
+		require.Equal(t, 8, columns, "a ninth column adds 8 bytes to every row: see migrations/001_inbox.up.sql")
+	})
+
+	t.Run("ProducedMessagesGoWithTheirInboxRow", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			return []*message.Message{message.NewMessage("out-1", nil)}, nil
+		})(newMsg("evt-1"))
+		require.NoError(t, err)
+		_, err = b.db.Exec(`DELETE FROM ` + b.table)
+		require.NoError(t, err)
+		var left int
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_produced`).Scan(&left))
+		require.Zero(t, left)
 	})
 
 	t.Run("RunningAgainChangesNothing", func(t *testing.T) {

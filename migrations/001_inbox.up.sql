@@ -8,10 +8,21 @@ CREATE TABLE IF NOT EXISTS "watermill_inbox" (
     consumer     text        NOT NULL,
     -- The producer's event ID, never a broker offset: a republished copy gets a new offset, not a new ID.
     message_id   text        NOT NULL,
-    -- 'done' for every row the transaction mode writes; lease mode (002_lease) adds the other states.
+    -- 'done' for every row the transaction mode commits; lease mode (002_lease) adds the other states.
     state        text        NOT NULL DEFAULT 'done',
-    -- Messages the handler produced, kept so a redelivery after a failed publish sends them again.
-    -- NULL for handlers that produce nothing, which costs no bytes.
-    produced     jsonb,
     PRIMARY KEY (consumer, message_id)
+);
+-- With 002's four lease columns the table has eight. Keep it at eight: a row with a NULL carries a null bitmap of
+-- one byte per eight columns, and up to eight columns it fits in the spare byte of the 23-byte tuple header; a
+-- ninth column would make every row 8 bytes longer, NULL or not.
+
+-- Messages a handler returned, kept so that a redelivery after a failed publish can send them again. Few handlers
+-- return messages, so they live beside the inbox rather than in a column of every row; the cascade removes them
+-- with their inbox row, whoever deletes it.
+CREATE TABLE IF NOT EXISTS "watermill_inbox_produced" (
+    consumer     text        NOT NULL,
+    message_id   text        NOT NULL,
+    produced     jsonb       NOT NULL,
+    PRIMARY KEY (consumer, message_id),
+    FOREIGN KEY (consumer, message_id) REFERENCES "watermill_inbox" ON DELETE CASCADE
 );

@@ -1,6 +1,7 @@
 -- Lease mode: a row is 'processing' while a consumer holds its lease, 'released' after a failed attempt,
 -- 'done' when the effect landed and 'failed' when the message was dead-lettered after its last attempt.
--- Every column is NULL for rows of the transaction mode, which costs those rows no bytes.
+-- Every column is NULL for rows of the transaction mode, which costs those rows no bytes (001 says why eight
+-- columns is the limit).
 ALTER TABLE "watermill_inbox"
     -- End of the current holder's lease, by the database clock; NULL once the row leaves 'processing'.
     ADD COLUMN IF NOT EXISTS locked_until timestamptz,

@@ -81,7 +81,7 @@ func newTable(t *testing.T) (*sql.DB, string) {
 	}
 	table := fmt.Sprintf("inbox_test_cli_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_migrations`)
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
 		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 	})
 	return db, table
