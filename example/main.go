@@ -112,14 +112,14 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 		return res, err
 	}
 
-	skips := &skipCounter{LoggerAdapter: cfg.Logger}
+	skips := &skipCounter{}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, cfg.Logger)
 	if err != nil {
 		return res, err
 	}
 	// The inbox scopes event IDs by handler name, so the rows it writes here say "wallet-credits applied event X";
 	// a second handler on the same topic would apply each event once for itself.
-	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(inboxTable), inbox.WithLogger(skips)))
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(inboxTable), inbox.WithLogger(cfg.Logger), inbox.WithObserver(skips)))
 	router.AddConsumerHandler("wallet-credits", res.Topic, sub, creditAccount)
 	routerDone := make(chan error, 1)
 	go func() { routerDone <- router.Run(ctx) }()
