@@ -39,7 +39,7 @@ func resetDatabase(ctx context.Context, db *sql.DB, accounts int) error {
 	if err := inbox.Migrate(ctx, db, inbox.WithTable(inboxTable)); err != nil {
 		return fmt.Errorf("migrate inbox: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `TRUNCATE `+inboxTable); err != nil {
+	if _, err := db.ExecContext(ctx, `TRUNCATE `+inboxTable+` CASCADE`); err != nil {
 		return fmt.Errorf("empty inbox: %w", err)
 	}
 	return nil

@@ -54,7 +54,7 @@ func resetDatabase(ctx context.Context, db *sql.DB, accounts int, logger watermi
 		if err := inbox.Migrate(ctx, db, inbox.WithTable(table)); err != nil {
 			return fmt.Errorf("migrate inbox %s: %w", table, err)
 		}
-		if _, err := db.ExecContext(ctx, `TRUNCATE `+table); err != nil {
+		if _, err := db.ExecContext(ctx, `TRUNCATE `+table+` CASCADE`); err != nil {
 			return fmt.Errorf("empty inbox %s: %w", table, err)
 		}
 	}

@@ -103,7 +103,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	if err := inbox.Migrate(ctx, db, inbox.WithTable(inboxTable)); err != nil {
 		return res, fmt.Errorf("migrate inbox: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `TRUNCATE `+inboxTable); err != nil {
+	if _, err := db.ExecContext(ctx, `TRUNCATE `+inboxTable+` CASCADE`); err != nil {
 		return res, fmt.Errorf("empty inbox: %w", err)
 	}
 
