@@ -46,7 +46,9 @@ func TestForget(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := uniqueName("inbox_test")
-		t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`) })
+		t.Cleanup(func() {
+			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
+		})
 		opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
 		require.NoError(t, inbox.Migrate(context.Background(), db, opts...))
 		_, err := inbox.Forget(context.Background(), db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)

@@ -38,7 +38,9 @@ func openTable(t *testing.T) (*sql.DB, string) {
 	}
 	table := fmt.Sprintf("inbox_test_prom_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
-	t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`) })
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
+	})
 	return db, table
 }
 
