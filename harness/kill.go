@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// killConfig is one `harness kill` invocation.
+type killConfig struct {
+	Variants []variant
+	Runs     int
+	Kills    int           // hard kills per run
+	Events   int           // credit events per run
+	MinWork  time.Duration // each kill lands this long or longer after the consumer started working...
+	MaxWork  time.Duration // ...and no longer than this
+	Sleep    time.Duration // handler work per message
+	Seed     uint64
+	Drain    time.Duration // how long the final consumer may take to drain the topic
+}
+
+// killResult is one run of one variant.
+type killResult struct {
+	Variant    variant
+	Run        int
+	Kills      int // kills that landed while the consumer was working
+	Duplicates int
+	Losses     int
+	Skipped    int // redeliveries the inbox recognised and skipped
+	Elapsed    time.Duration
+}
+
+// killSchedule draws the delays of every kill of every run from one seed. Every variant's run r uses row r, so
+// the variants differ in what they do, never in when they are killed.
+func killSchedule(c killConfig) [][]time.Duration {
+	rnd := rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))
+	out := make([][]time.Duration, c.Runs)
+	for r := range out {
+		out[r] = make([]time.Duration, c.Kills)
+		for k := range out[r] {
+			out[r][k] = c.MinWork + time.Duration(rnd.Int64N(int64(c.MaxWork-c.MinWork)+1))
+		}
+	}
+	return out
+}
+
+// runKill runs every variant Runs times, interleaved (run 1 of each variant, then run 2...), so that a machine
+// that slows down over the hour slows every variant alike.
+func runKill(ctx context.Context, e *env, c killConfig) ([]killResult, error) {
+	schedule := killSchedule(c)
+	var results []killResult
+	for r := range c.Runs {
+		for _, v := range c.Variants {
+			res, err := killRun(ctx, e, c, v, r, schedule[r])
+			if err != nil {
+				return results, err
+			}
+			e.logf("kill %s run %d/%d: %d kills, %d duplicates, %d lost, %d skipped by the inbox (%s)",
+				v, r+1, c.Runs, res.Kills, res.Duplicates, res.Losses, res.Skipped, res.Elapsed.Round(time.Second))
+			results = append(results, res)
+		}
+	}
+	return results, nil
+}
+
+// killRun publishes the events, then starts a consumer and SIGKILLs it after each delay of the schedule, counted
+// from the moment it starts working (a restarted member first waits for the group to drop its dead predecessor,
+// about one session timeout, and a kill in that wait would test nothing). When the group has committed the whole
+// topic before the schedule is used up, the remaining kills are not made: there is no work left for them to
+// interrupt, and the result says how many landed. A last consumer then drains the topic and closes gracefully.
+func killRun(ctx context.Context, e *env, c killConfig, v variant, r int, delays []time.Duration) (killResult, error) {
+	start := time.Now()
+	run := newRun("kill", v, r)
+	res := killResult{Variant: v, Run: r}
+	if err := e.br.createTopic(run, e.partitions); err != nil {
+		return res, err
+	}
+	defer e.br.deleteTopic(run)
+	rnd := rand.New(rand.NewPCG(c.Seed+uint64(r), 1))
+	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd); err != nil {
+		return res, err
+	}
+	var procs []*proc
+	for k, d := range delays {
+		p, err := spawn(e.bin, e.logDir, e.consumerConfig(v, run, fmt.Sprintf("%s-life%d", run, k+1), c.Sleep), nil)
+		if err != nil {
+			return res, err
+		}
+		procs = append(procs, p)
+		drained, err := e.waitWorking(ctx, run, p)
+		if err != nil {
+			p.kill()
+			return res, err
+		}
+		if drained {
+			p.kill() // it has nothing in flight: it never received a message
+			e.logf("  %s: the group committed the whole topic after %d kills; no work left to interrupt", run, res.Kills)
+			break
+		}
+		time.Sleep(d)
+		p.kill()
+		res.Kills++
+		rows, _ := ledgerRows(ctx, e.db, run)
+		e.logf("  %s: kill %d/%d after %.1fs of work (%d ledger rows)", run, k+1, len(delays), d.Seconds(), rows)
+	}
+	final, err := spawn(e.bin, e.logDir, e.consumerConfig(v, run, run+"-final", c.Sleep), nil)
+	if err != nil {
+		return res, err
+	}
+	procs = append(procs, final)
+	if err := e.waitDrained(ctx, run, time.Second, c.Drain, final.alive); err != nil {
+		final.kill()
+		return res, err
+	}
+	if err := final.stop(3 * time.Minute); err != nil {
+		return res, fmt.Errorf("final consumer of %s: %w", run, err)
+	}
+	t, err := count(ctx, e.db, run)
+	if err != nil {
+		return res, err
+	}
+	res.Duplicates, res.Losses = t.Duplicates, t.Losses
+	for _, p := range procs {
+		res.Skipped += p.count("skip ")
+	}
+	res.Elapsed = time.Since(start)
+	return res, cleanup(ctx, e.db, run)
+}
+
+// waitWorking waits for p's first message. It reports drained instead when the group has nothing left to
+// deliver, and fails when p exits or never starts.
+func (e *env) waitWorking(ctx context.Context, run string, p *proc) (drained bool, err error) {
+	// A replacement joins after the dead member's session expires, and Sarama may retry its join a few times.
+	deadline := time.Now().Add(10*e.session + 30*time.Second)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.working:
+			return false, nil
+		case <-p.exited:
+			return false, fmt.Errorf("consumer %s exited before working: %v", p.name, p.err)
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick.C:
+			backlog, err := e.br.backlog(run, run)
+			if err != nil {
+				return false, err
+			}
+			if backlog == 0 {
+				return true, nil
+			}
+			if time.Now().After(deadline) {
+				return false, fmt.Errorf("consumer %s did not start working within %s", p.name, 10*e.session+30*time.Second)
+			}
+		}
+	}
+}

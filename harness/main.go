@@ -1,0 +1,203 @@
+// Command harness measures the inbox against the faults it exists for: hard kills, zombie consumers, a misbehaving
+// database, and what it costs in throughput. Run `harness help` for the subcommands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `harness: fault measurements of the watermill-inbox middleware.
+
+Usage:
+
+  harness <command> [flags]
+
+Commands:
+
+  kill        Publishes --events credit events with event IDs to a --partitions topic; a consumer subprocess is
+              SIGKILLed --kills times per run, each after 1 to 8 seconds (seeded, the same for every variant) of
+              work; a last consumer drains the topic. Counts duplicate credits and lost events per run for
+              at-most-once (InstantAck), after-db (ack after the database commit, offsets auto-committed every
+              second), after-db-sync (offset committed on every ack) and inbox.
+  zombie      Three consumers; one message in --stall-every stalls, the first time it is handled, longer than
+              the rebalance timeout. A member joins the group when a stall begins, as in a deploy, so a rebalance
+              runs while the handler holds its message; the broker evicts the stalled member, its partitions move,
+              and the stalled handler writes after the new owner received the same message. Counts evictions (seen
+              by the broker), zombie writes and duplicate credits, without and with the inbox.
+  db-faults   The inbox consumer while PostgreSQL misbehaves: its backends are terminated mid-transaction every
+              --terminate-every, and the server is restarted --restarts times. The consumer is never restarted:
+              it must recover by itself, with no duplicate and no loss.
+  throughput  No faults. --messages per measurement, every variant in the same invocation, interleaved, with
+              10 ms handlers and with zero-work handlers, beside a ceiling: the inbox's claim-plus-credit
+              transaction driven straight at PostgreSQL by one goroutine per partition.
+  storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
+  broker      Runs kfake, the in-process Kafka-protocol broker, until interrupted, and prints its address.
+  consume     The consumer subprocess the other commands start (not for direct use).
+
+Each command prints progress to stderr and a markdown table to stdout, and writes its chart (SVG) and table
+to --out. Run 'harness <command> -h' for its flags. The broker is kfake in this process unless --brokers
+names a real cluster.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd {
+	case "consume":
+		err = consumeCommand(args)
+	case "kill":
+		err = killCommand(ctx, args)
+	case "zombie":
+		err = zombieCommand(ctx, args)
+	case "db-faults":
+		err = dbFaultsCommand(ctx, args)
+	case "throughput":
+		err = throughputCommand(ctx, args)
+	case "storage":
+		err = runStorage(args)
+	case "broker":
+		err = brokerCommand(ctx, args)
+	case "help", "-h", "-help", "--help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "harness: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+}
+
+// commonFlags are the flags every measuring command takes.
+type commonFlags struct {
+	env     envConfig
+	brokers string
+	out     string
+	runs    int
+	seed    uint64
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet, defaultRuns int) {
+	fs.StringVar(&c.brokers, "brokers", "", "a real Kafka cluster, comma-separated host:port (default: kfake in this process)")
+	fs.StringVar(&c.env.DSN, "dsn", defaultDSN, "PostgreSQL DSN (URL form)")
+	fs.DurationVar(&c.env.Session, "session-timeout", defaultSession, "consumer group session timeout: how long a silent member keeps its partitions")
+	fs.DurationVar(&c.env.Heartbeat, "heartbeat", defaultHeartbeat, "consumer group heartbeat interval")
+	fs.DurationVar(&c.env.Rebalance, "rebalance-timeout", defaultRebalance, "how long a rebalance waits for every member to rejoin before evicting it")
+	fs.IntVar(&c.env.Partitions, "partitions", defaultPartitions, "partitions of each run's topic")
+	fs.IntVar(&c.env.Accounts, "accounts", defaultAccounts, "accounts the credits are spread over")
+	fs.StringVar(&c.env.LogDir, "logs", "", "directory for the consumers' logs (default: a new temporary directory)")
+	fs.StringVar(&c.out, "out", ".", "directory for the chart and the table")
+	fs.IntVar(&c.runs, "runs", defaultRuns, "runs per variant")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the kill schedule and of the events")
+}
+
+// open builds the env: the binary to re-execute is this one.
+func (c *commonFlags) open(ctx context.Context) (*env, error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c.env.Bin = bin
+	c.env.Brokers = brokerList(c.brokers)
+	c.env.Progress = os.Stderr
+	if c.runs < 1 {
+		return nil, errors.New("--runs must be at least 1")
+	}
+	e, err := newEnv(ctx, c.env)
+	if err != nil {
+		return nil, err
+	}
+	e.logf("broker %v, consumer logs in %s", e.br.addrs, e.logDir)
+	return e, nil
+}
+
+func parseVariants(s string) ([]variant, error) {
+	var out []variant
+	for _, f := range strings.Split(s, ",") {
+		v, err := parseVariant(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// writeOutputs prints the table and writes it and the chart under dir.
+func writeOutputs(dir, name, table, svg string) error {
+	fmt.Print(table)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(table), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".svg"), []byte(svg), 0o644)
+}
+
+func killCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("kill", flag.ExitOnError)
+	var cf commonFlags
+	cf.register(fs, 5)
+	var c killConfig
+	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox", "variants to measure, comma-separated")
+	fs.IntVar(&c.Kills, "kills", 20, "hard kills per run")
+	fs.IntVar(&c.Events, "events", 40000, "credit events per run")
+	fs.DurationVar(&c.MinWork, "min-work", time.Second, "shortest work before a kill")
+	fs.DurationVar(&c.MaxWork, "max-work", 8*time.Second, "longest work before a kill")
+	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
+	fs.DurationVar(&c.Drain, "drain-timeout", 5*time.Minute, "how long the last consumer may take to drain a run")
+	_ = fs.Parse(args)
+	var err error
+	if c.Variants, err = parseVariants(*variants); err != nil {
+		return err
+	}
+	if c.MaxWork < c.MinWork {
+		return errors.New("--max-work must not be shorter than --min-work")
+	}
+	c.Runs, c.Seed = cf.runs, cf.seed
+	e, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	start := time.Now()
+	res, err := runKill(ctx, e, c)
+	if err != nil {
+		return err
+	}
+	e.logf("kill: done in %s", time.Since(start).Round(time.Second))
+	table, svg := killReport(c, res)
+	return writeOutputs(cf.out, "kill", table, svg)
+}
+
+func brokerCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ExitOnError)
+	minSession := fs.Duration("min-session-timeout", 100*time.Millisecond, "the shortest session timeout the broker accepts")
+	_ = fs.Parse(args)
+	b, err := startBroker(nil, *minSession)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	fmt.Println(joinComma(b.addrs))
+	<-ctx.Done()
+	return nil
+}
