@@ -53,8 +53,12 @@ func newStore(table string) *store {
 			RETURNING true`),
 
 		// Runs only on a duplicate, which is rare, so the claim above stays one statement. A new statement takes a
-		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing.
-		producedSQL: q(`SELECT produced FROM {table}_produced WHERE consumer = $1 AND message_id = $2`),
+		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing. The state
+		// tells a finished message from one that lease mode claimed and has not finished, when a consumer's
+		// table saw both modes.
+		producedSQL: q(`SELECT i.state, p.produced FROM {table} i
+			LEFT JOIN {table}_produced p ON p.consumer = i.consumer AND p.message_id = i.message_id
+			WHERE i.consumer = $1 AND i.message_id = $2`),
 
 		// Runs in the claim's transaction, only when the handler produced messages: they commit with the effect
 		// they describe, and can be sent again when the router's publish after the commit fails.
@@ -135,26 +139,27 @@ func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id, state strin
 	return true, nil
 }
 
-// produced returns the messages the handler produced when it applied (consumer, id), if any were stored.
-func (s *store) produced(ctx context.Context, q querier, consumer, id string) ([]*message.Message, error) {
+// produced returns the state of (consumer, id) and the messages the handler produced when it applied it, if any
+// were stored.
+func (s *store) produced(ctx context.Context, q querier, consumer, id string) (state string, msgs []*message.Message, err error) {
 	var raw []byte
-	err := q.QueryRowContext(ctx, s.producedSQL, consumer, id).Scan(&raw)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil // the handler produced nothing
-	}
+	err = q.QueryRowContext(ctx, s.producedSQL, consumer, id).Scan(&state, &raw)
 	if err != nil {
-		return nil, s.wrap("read produced messages", consumer, id, err)
+		return "", nil, s.wrap("read produced messages", consumer, id, err)
+	}
+	if raw == nil {
+		return state, nil, nil // the handler produced nothing
 	}
 	var stored []storedMessage
 	if err := json.Unmarshal(raw, &stored); err != nil {
-		return nil, fmt.Errorf("inbox: decode produced messages of %s/%s: %w", consumer, id, err)
+		return "", nil, fmt.Errorf("inbox: decode produced messages of %s/%s: %w", consumer, id, err)
 	}
-	msgs := make([]*message.Message, len(stored))
+	msgs = make([]*message.Message, len(stored))
 	for i, m := range stored {
 		msgs[i] = message.NewMessage(m.UUID, m.Payload)
 		msgs[i].Metadata = m.Metadata
 	}
-	return msgs, nil
+	return state, msgs, nil
 }
 
 // saveProduced stores msgs for the claimed row, in the claim's transaction.

@@ -97,7 +97,8 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 		case stateDone:
 			i.cfg.logger.Info("skipped duplicate", fields)
 			i.cfg.observer.DuplicateSkipped(consumer)
-			return i.store.produced(ctx, i.db, consumer, id)
+			_, produced, err := i.store.produced(ctx, i.db, consumer, id)
+			return produced, err
 		case stateFailed:
 			i.cfg.logger.Info("skipped dead-lettered message", fields)
 			return nil, nil

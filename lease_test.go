@@ -422,3 +422,31 @@ func TestNew_LeaseOptionsAreCheckedTogether(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrInvalidOption, name)
 	}
 }
+
+func TestLease_ATransactionModeCopyWaitsForALeaseModeHolderOfTheSameTable(t *testing.T) {
+	t.Parallel()
+	leased, b := setup(t, inbox.WithLease(time.Minute))
+	transactional, err := inbox.New(b.db, b.opts[:3]...) // the same table and consumer, without WithLease
+	require.NoError(t, err)
+	holding, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := leased.Middleware(func(*message.Message) ([]*message.Message, error) {
+			close(holding)
+			<-release
+			return nil, nil
+		})(newMsg("evt-1"))
+		first <- err
+	}()
+	<-holding
+
+	var calls atomic.Int64
+	h := transactional.Middleware(b.credit(100, &calls))
+	_, err = h(newMsg("evt-1"))
+	require.ErrorIs(t, err, inbox.ErrLeaseHeld, "an unfinished lease-mode row is not a duplicate")
+	close(release)
+	require.NoError(t, <-first)
+	_, err = h(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.Zero(t, calls.Load(), "once done, it is")
+}

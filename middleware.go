@@ -73,10 +73,7 @@ func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, 
 		return nil, false, err
 	}
 	if !claimed {
-		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
-		i.cfg.observer.DuplicateSkipped(consumer)
-		produced, err := i.store.produced(ctx, tx, consumer, id)
-		return produced, true, err
+		return i.skip(msg, tx, consumer, id)
 	}
 
 	i.cfg.observer.Claimed(consumer)
@@ -133,4 +130,23 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 	}
 	released = true
 	return produced, nil
+}
+
+// skip handles a claim that found the row already there: a duplicate, whose produced messages go out again, or a
+// row of lease mode on the same table (dead-lettered, or claimed and not done), which this mode cannot finish.
+func (i *Inbox) skip(msg *message.Message, tx *sql.Tx, consumer, id string) ([]*message.Message, bool, error) {
+	state, produced, err := i.store.produced(msg.Context(), tx, consumer, id)
+	switch {
+	case err != nil:
+		return nil, true, err
+	case state == stateDone:
+		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
+		i.cfg.observer.DuplicateSkipped(consumer)
+		return produced, true, nil
+	case state == stateFailed:
+		i.cfg.logger.Info("skipped dead-lettered message", logFields(msg, consumer, id))
+		return nil, true, nil
+	}
+	err = fmt.Errorf("%w: %s/%s is %s in lease mode", ErrLeaseHeld, consumer, id, state)
+	return nil, true, sleepThen(msg.Context(), leaseBusyCeiling, err)
 }
