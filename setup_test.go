@@ -64,7 +64,7 @@ type testBundle struct {
 
 // setup migrates a fresh inbox table and an accounts table with account 1 at balance 0, and returns an Inbox over
 // them built with opts (plus the table, a fixed consumer name and a recording logger, which opts may override).
-func setup(t *testing.T, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
+func setup(t testing.TB, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
 	t.Helper()
 	b := newBundle(t)
 	b.opts = append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs)}, opts...)
@@ -74,7 +74,7 @@ func setup(t *testing.T, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
 }
 
 // newBundle creates the tables of a test without building an Inbox, for tests that build their own.
-func newBundle(t *testing.T) *testBundle {
+func newBundle(t testing.TB) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &testBundle{db: openDB(t), table: uniqueName("inbox_test"), logs: &recordingLogger{}}

@@ -1,0 +1,74 @@
+package inbox_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// The price of the inbox on one message, without a broker: compare the sub-benchmarks of one run, as ratios
+// (go test -run '^$' -bench . -count 5 | benchstat), never their absolute times on another machine.
+//
+//	bare        BEGIN, the effect, COMMIT: what a consumer without an inbox does
+//	inbox       the same effect through the middleware: BEGIN, claim, effect, COMMIT
+//	duplicate   a copy the inbox skips: BEGIN, claim, read, ROLLBACK
+//	lease       lease mode around a handler that does nothing: claim, then the fenced 'done'
+func BenchmarkMiddleware(b *testing.B) {
+	_, tb := setup(b)
+	ctx := context.Background()
+	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = 1`
+	run := func(name string, handle func(i int) error) {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if err := handle(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+
+	run("bare", func(int) error {
+		tx, err := tb.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, effect); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+
+	txMode, err := inbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-inbox"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	credit := txMode.Middleware(tb.credit(1, nil))
+	run("inbox", func(i int) error {
+		_, err := credit(newMsg("evt-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)))
+		return err
+	})
+
+	if _, err := credit(newMsg("evt-dup")); err != nil {
+		b.Fatal(err)
+	}
+	run("duplicate", func(int) error {
+		_, err := credit(newMsg("evt-dup"))
+		return err
+	})
+
+	leaseMode, err := inbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-lease"), inbox.WithLease(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	noop := leaseMode.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	run("lease", func(i int) error {
+		_, err := noop(newMsg("evt-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)))
+		return err
+	})
+}
