@@ -12,7 +12,7 @@ import (
 // recent rows stay.
 func ExampleCleanup() {
 	ctx := context.Background()
-	db, err := sql.Open("postgres", testDSN())
+	db, err := sql.Open(testDriver(), testDSN())
 	if err != nil {
 		fmt.Println(err)
 		return

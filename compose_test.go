@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -47,10 +46,10 @@ func failingTwice(b *testBundle, calls *atomic.Int64, states *[]string, mu *sync
 		} else {
 			_, err = b.credit(100, nil)(msg)
 		}
-		var pqErr *pq.Error
-		if errors.As(err, &pqErr) {
+		var pgErr interface{ SQLState() string } // lib/pq's and pgx's errors both have it
+		if errors.As(err, &pgErr) {
 			mu.Lock()
-			*states = append(*states, string(pqErr.Code))
+			*states = append(*states, pgErr.SQLState())
 			mu.Unlock()
 		}
 		return err

@@ -15,7 +15,7 @@ import (
 // A credit published twice with one event ID is applied once.
 func ExampleMiddleware() {
 	ctx := context.Background()
-	db, err := sql.Open("postgres", testDSN())
+	db, err := sql.Open(testDriver(), testDSN())
 	if err != nil {
 		fmt.Println(err)
 		return
