@@ -90,9 +90,12 @@ func newStore(table string) *store {
 
 		// Runs only when the claim returned no row, to tell a finished message from a live lease. Milliseconds
 		// left are computed by the database, whose clock the lease is on.
-		leaseStateSQL: q(`SELECT state, coalesce(attempts, 0),
-				greatest(0, extract(epoch FROM locked_until - now()) * 1000)::bigint
-			FROM {table} WHERE consumer = $1 AND message_id = $2`),
+		// The produced messages come along for the 'done' case, so a duplicate costs this one extra round trip.
+		leaseStateSQL: q(`SELECT i.state, coalesce(i.attempts, 0),
+				greatest(0, extract(epoch FROM i.locked_until - now()) * 1000)::bigint, p.produced
+			FROM {table} i
+			LEFT JOIN {table}_produced p ON p.consumer = i.consumer AND p.message_id = i.message_id
+			WHERE i.consumer = $1 AND i.message_id = $2`),
 
 		// Every write of a holder is a compare-and-set on its lease token and the 'processing' state: once the
 		// lease was taken over, the old holder's write matches no row, returns none, and it learns that it lost
@@ -147,19 +150,25 @@ func (s *store) produced(ctx context.Context, q querier, consumer, id string) (s
 	if err != nil {
 		return "", nil, s.wrap("read produced messages", consumer, id, err)
 	}
+	msgs, err = decodeProduced(consumer, id, raw)
+	return state, msgs, err
+}
+
+// decodeProduced turns the produced column back into messages; nil (SQL NULL, no row) means none.
+func decodeProduced(consumer, id string, raw []byte) ([]*message.Message, error) {
 	if raw == nil {
-		return state, nil, nil // the handler produced nothing
+		return nil, nil
 	}
 	var stored []storedMessage
 	if err := json.Unmarshal(raw, &stored); err != nil {
-		return "", nil, fmt.Errorf("inbox: decode produced messages of %s/%s: %w", consumer, id, err)
+		return nil, fmt.Errorf("inbox: decode produced messages of %s/%s: %w", consumer, id, err)
 	}
-	msgs = make([]*message.Message, len(stored))
+	msgs := make([]*message.Message, len(stored))
 	for i, m := range stored {
 		msgs[i] = message.NewMessage(m.UUID, m.Payload)
 		msgs[i].Metadata = m.Metadata
 	}
-	return state, msgs, nil
+	return msgs, nil
 }
 
 // saveProduced stores msgs for the claimed row, in the claim's transaction.
@@ -240,6 +249,7 @@ type leaseClaim struct {
 	// Set when claimed is false:
 	state     string        // the row's state
 	remaining time.Duration // what is left of a live lease
+	produced  []byte        // the produced column of a 'done' row
 }
 
 func (s *store) claimLease(ctx context.Context, db querier, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
@@ -254,7 +264,7 @@ func (s *store) claimLease(ctx context.Context, db querier, consumer, id, token 
 		return c, s.wrap("claim lease", consumer, id, err)
 	}
 	var remainingMS int64
-	err = db.QueryRowContext(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS)
+	err = db.QueryRowContext(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS, &c.produced)
 	if err != nil {
 		return c, s.wrap("read lease", consumer, id, err)
 	}

@@ -97,8 +97,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 		case stateDone:
 			i.cfg.logger.Info("skipped duplicate", fields)
 			i.cfg.observer.DuplicateSkipped(consumer)
-			_, produced, err := i.store.produced(ctx, i.db, consumer, id)
-			return produced, err
+			return decodeProduced(consumer, id, c.produced)
 		case stateFailed:
 			i.cfg.logger.Info("skipped dead-lettered message", fields)
 			return nil, nil
