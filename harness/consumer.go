@@ -253,6 +253,13 @@ func (cs *consumer) report(h message.HandlerFunc) message.HandlerFunc {
 // credit is the handler: some work, then the credit, on the inbox's transaction or on one of its own.
 func (cs *consumer) credit(msg *message.Message) error {
 	ctx := msg.Context()
+	if cs.cfg.Variant == atMostOnce {
+		// watermill-kafka cancels a message's context as soon as the message is acked, and InstantAck acks before
+		// the handler runs: every database call on that context would fail with context.Canceled, which the
+		// router does not even log, and the variant would lose every message with or without kills. Ack-first
+		// code that works at all detaches from the cancellation, as here.
+		ctx = context.WithoutCancel(ctx)
+	}
 	var c credit
 	if err := json.Unmarshal(msg.Payload, &c); err != nil {
 		return fmt.Errorf("decode credit: %w", err)

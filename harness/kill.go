@@ -157,3 +157,72 @@ func (e *env) waitWorking(ctx context.Context, run string, p *proc) (drained boo
 		}
 	}
 }
+
+// crashResult is what a crash between commit and ack left behind.
+type crashResult struct {
+	Event      string // the event whose credit committed just before the crash
+	Rows       int    // its ledger rows after the redelivery: 1 is right, 2 a duplicate
+	SkippedRe  bool   // the inbox recognised its redelivery
+	Duplicates int
+	Losses     int
+}
+
+// crashRun places one kill exactly where the inbox earns its keep: a consumer kills itself (SIGKILL) right after
+// the database commit of its crashAfter-th message and before the router acks it, so that message's offset is
+// never committed; a second consumer then drains the topic and gets it again. Without the inbox the credit must
+// land twice, or the harness could not see a duplicate at all.
+func crashRun(ctx context.Context, e *env, v variant, events, crashAfter int, sleep time.Duration) (crashResult, error) {
+	var res crashResult
+	run := newRun("crash", v, 0)
+	if err := e.br.createTopic(run, e.partitions); err != nil {
+		return res, err
+	}
+	defer e.br.deleteTopic(run)
+	if err := publishRun(ctx, e.db, e.br.addrs, run, run, events, e.accounts, rand.New(rand.NewPCG(7, 7))); err != nil {
+		return res, err
+	}
+	cfg := e.consumerConfig(v, run, run+"-crashing", sleep)
+	cfg.CrashAfterCommit = crashAfter
+	p, err := spawn(e.bin, e.logDir, cfg, nil)
+	if err != nil {
+		return res, err
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		p.kill()
+		return res, fmt.Errorf("consumer %s did not crash", p.name)
+	}
+	crashed := p.find("crash ")
+	if len(crashed) != 1 {
+		return res, fmt.Errorf("consumer %s exited (%v) without reporting its crash", p.name, p.err)
+	}
+	res.Event = crashed[0]
+	final, err := spawn(e.bin, e.logDir, e.consumerConfig(v, run, run+"-after", sleep), nil)
+	if err != nil {
+		return res, err
+	}
+	if err := e.waitDrained(ctx, run, time.Second, 3*time.Minute, final.alive); err != nil {
+		final.kill()
+		return res, err
+	}
+	if err := final.stop(time.Minute); err != nil {
+		return res, err
+	}
+	for _, id := range final.find("skip ") {
+		if id == res.Event {
+			res.SkippedRe = true
+		}
+	}
+	writes, err := writesOf(ctx, e.db, run, []string{res.Event})
+	if err != nil {
+		return res, err
+	}
+	res.Rows = len(writes[res.Event])
+	t, err := count(ctx, e.db, run)
+	if err != nil {
+		return res, err
+	}
+	res.Duplicates, res.Losses = t.Duplicates, t.Losses
+	return res, cleanup(ctx, e.db, run)
+}

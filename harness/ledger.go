@@ -64,7 +64,7 @@ INSERT INTO harness_ledger (run_id, event_id, account, amount, consumer) VALUES 
 
 // claimSQL is the inbox's claim as the library runs it, for the PostgreSQL-only ceiling of the throughput
 // measurement: the ceiling must do the same work per message, minus Kafka and Watermill.
-const claimSQL = `INSERT INTO ` + inboxTable + ` (consumer, message_id) VALUES ($1, $2)
+const claimSQL = `INSERT INTO ` + inboxTable + ` (consumer, message_id, state) VALUES ($1, $2, 'done')
 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`
 
 // stallSQL records that a message stalled; it returns a row only the first time, for one consumer.
@@ -172,6 +172,14 @@ func count(ctx context.Context, db *sql.DB, run string) (tally, error) {
 func ledgerRows(ctx context.Context, db *sql.DB, run string) (int, error) {
 	var n int
 	err := db.QueryRowContext(ctx, `SELECT count(*) FROM harness_ledger WHERE run_id = $1`, run).Scan(&n)
+	return n, err
+}
+
+// creditedEvents returns how many distinct events of a run have a ledger row: progress that duplicates do not
+// inflate.
+func creditedEvents(ctx context.Context, db *sql.DB, run string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(DISTINCT event_id) FROM harness_ledger WHERE run_id = $1`, run).Scan(&n)
 	return n, err
 }
 

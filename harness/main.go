@@ -94,12 +94,18 @@ type commonFlags struct {
 	seed    uint64
 }
 
-func (c *commonFlags) register(fs *flag.FlagSet, defaultRuns int) {
+// groupTimeouts are a command's defaults for the consumer group's timeouts.
+type groupTimeouts struct{ session, heartbeat, rebalance time.Duration }
+
+// killTimeouts notice a SIGKILLed member in about a second; see env.go.
+var killTimeouts = groupTimeouts{defaultSession, defaultHeartbeat, defaultRebalance}
+
+func (c *commonFlags) register(fs *flag.FlagSet, defaultRuns int, t groupTimeouts) {
 	fs.StringVar(&c.brokers, "brokers", "", "a real Kafka cluster, comma-separated host:port (default: kfake in this process)")
 	fs.StringVar(&c.env.DSN, "dsn", defaultDSN, "PostgreSQL DSN (URL form)")
-	fs.DurationVar(&c.env.Session, "session-timeout", defaultSession, "consumer group session timeout: how long a silent member keeps its partitions")
-	fs.DurationVar(&c.env.Heartbeat, "heartbeat", defaultHeartbeat, "consumer group heartbeat interval")
-	fs.DurationVar(&c.env.Rebalance, "rebalance-timeout", defaultRebalance, "how long a rebalance waits for every member to rejoin before evicting it")
+	fs.DurationVar(&c.env.Session, "session-timeout", t.session, "consumer group session timeout: how long a silent member keeps its partitions")
+	fs.DurationVar(&c.env.Heartbeat, "heartbeat", t.heartbeat, "consumer group heartbeat interval")
+	fs.DurationVar(&c.env.Rebalance, "rebalance-timeout", t.rebalance, "how long a rebalance waits for every member to rejoin before evicting it")
 	fs.IntVar(&c.env.Partitions, "partitions", defaultPartitions, "partitions of each run's topic")
 	fs.IntVar(&c.env.Accounts, "accounts", defaultAccounts, "accounts the credits are spread over")
 	fs.StringVar(&c.env.LogDir, "logs", "", "directory for the consumers' logs (default: a new temporary directory)")
@@ -155,7 +161,7 @@ func writeOutputs(dir, name, table, svg string) error {
 func killCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("kill", flag.ExitOnError)
 	var cf commonFlags
-	cf.register(fs, 5)
+	cf.register(fs, 5, killTimeouts)
 	var c killConfig
 	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox", "variants to measure, comma-separated")
 	fs.IntVar(&c.Kills, "kills", 20, "hard kills per run")
@@ -200,4 +206,129 @@ func brokerCommand(ctx context.Context, args []string) error {
 	fmt.Println(joinComma(b.addrs))
 	<-ctx.Done()
 	return nil
+}
+
+func zombieCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("zombie", flag.ExitOnError)
+	var cf commonFlags
+	cf.register(fs, 5, zombieTimeouts)
+	var c zombieConfig
+	variants := fs.String("variants", "after-db-sync,inbox", "variants to measure, comma-separated: without the inbox, and with it")
+	fs.IntVar(&c.Events, "events", 5000, "credit events per run")
+	fs.IntVar(&c.Consumers, "consumers", 3, "consumers in the group")
+	fs.IntVar(&c.StallEvery, "stall-every", 500, "one message in this many stalls, the first time it is handled")
+	fs.DurationVar(&c.StallFor, "stall-for", 0, "how long a stall lasts (default: the rebalance timeout plus 4s)")
+	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
+	fs.DurationVar(&c.Drain, "drain-timeout", 10*time.Minute, "how long a run may take")
+	_ = fs.Parse(args)
+	var err error
+	if c.Variants, err = parseVariants(*variants); err != nil {
+		return err
+	}
+	if c.StallEvery < 1 || c.Events < c.StallEvery {
+		return errors.New("--stall-every must be between 1 and --events")
+	}
+	if c.StallFor == 0 {
+		c.StallFor = cf.env.Rebalance + 4*time.Second
+	}
+	if c.StallFor <= cf.env.Rebalance {
+		return errors.New("--stall-for must be longer than --rebalance-timeout, or no member is ever evicted")
+	}
+	if cf.brokers == "" && cf.env.Session < cf.env.Rebalance+2*time.Second {
+		return errors.New("with kfake, --session-timeout must exceed --rebalance-timeout by 2s or more: kfake drops a member " +
+			"that waits in a rebalance for longer than its session timeout, without answering its JoinGroup (see zombieTimeouts)")
+	}
+	c.Runs, c.Seed = cf.runs, cf.seed
+	e, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	start := time.Now()
+	res, err := runZombie(ctx, e, c)
+	if err != nil {
+		return err
+	}
+	e.logf("zombie: done in %s", time.Since(start).Round(time.Second))
+	table, svg := zombieReport(c, e, res)
+	return writeOutputs(cf.out, "zombie", table, svg)
+}
+
+func dbFaultsCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("db-faults", flag.ExitOnError)
+	var cf commonFlags
+	cf.register(fs, 3, killTimeouts)
+	var c dbFaultsConfig
+	variants := fs.String("variants", "inbox", "variants to measure, comma-separated")
+	fs.IntVar(&c.Events, "events", 20000, "credit events per run")
+	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
+	fs.DurationVar(&c.TerminateEvery, "terminate-every", time.Second, "mean interval between terminations of the consumer's backends that are in a transaction")
+	fs.IntVar(&c.Restarts, "restarts", 2, "PostgreSQL restarts per run")
+	fs.StringVar(&c.RestartCmd, "restart-cmd", defaultRestartCmd, "shell command that restarts PostgreSQL")
+	fs.DurationVar(&c.Drain, "drain-timeout", 10*time.Minute, "how long a run may take")
+	_ = fs.Parse(args)
+	var err error
+	if c.Variants, err = parseVariants(*variants); err != nil {
+		return err
+	}
+	if c.Restarts > 0 && c.RestartCmd == defaultRestartCmd {
+		if err := postgresRestartable(); err != nil {
+			return err
+		}
+	}
+	if c.TerminateEvery <= 0 {
+		return errors.New("--terminate-every must be positive")
+	}
+	c.Runs, c.Seed = cf.runs, cf.seed
+	e, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	start := time.Now()
+	res, err := runDBFaults(ctx, e, c)
+	if err != nil {
+		return err
+	}
+	e.logf("db-faults: done in %s", time.Since(start).Round(time.Second))
+	table, svg := dbFaultsReport(c, res)
+	return writeOutputs(cf.out, "db-faults", table, svg)
+}
+
+func throughputCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("throughput", flag.ExitOnError)
+	var cf commonFlags
+	cf.register(fs, 5, killTimeouts)
+	var c throughputConfig
+	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox", "variants to measure, comma-separated")
+	sleeps := fs.String("sleeps", "10ms,0s", "handler work per message, comma-separated; 0s is the zero-work handler")
+	fs.IntVar(&c.Messages, "messages", 100000, "messages per measurement")
+	fs.BoolVar(&c.Ceiling, "ceiling", true, "measure the PostgreSQL-only ceiling beside the zero-work handlers")
+	fs.DurationVar(&c.Timeout, "timeout", 20*time.Minute, "how long one measurement may take")
+	_ = fs.Parse(args)
+	var err error
+	if c.Variants, err = parseVariants(*variants); err != nil {
+		return err
+	}
+	for _, s := range strings.Split(*sleeps, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			return fmt.Errorf("--sleeps: bad duration %q", s)
+		}
+		c.Sleeps = append(c.Sleeps, d)
+	}
+	c.Runs, c.Seed = cf.runs, cf.seed
+	e, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	start := time.Now()
+	res, err := runThroughput(ctx, e, c)
+	if err != nil {
+		return err
+	}
+	e.logf("throughput: done in %s", time.Since(start).Round(time.Second))
+	table, svg := throughputReport(c, res)
+	return writeOutputs(cf.out, "throughput", table, svg)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // spread is the median and the range of one measure over runs.
@@ -257,4 +258,205 @@ func killReport(c killConfig, res []killResult) (string, string) {
 	table += fmt.Sprintf("\nMedian (min–max) per run over %d runs of %s events, %d SIGKILLs scheduled per run, each after %s–%s of work.\n",
 		c.Runs, thousands(float64(c.Events)), c.Kills, c.MinWork, c.MaxWork)
 	return table, chart.svg()
+}
+
+// The article's zombie figures: five runs, 50 evictions; without the inbox every one became a duplicate credit,
+// with it none did and each was logged as a skipped duplicate.
+var articleZombie = map[bool]struct{ evictions, duplicates, skipped int }{
+	false: {50, 50, 0},
+	true:  {50, 0, 50},
+}
+
+func zombieReport(c zombieConfig, e *env, res []zombieResult) (string, string) {
+	chart := barChart{
+		Title: "Zombie consumers: evictions and what the zombies wrote",
+		Subtitle: fmt.Sprintf("totals over %d runs of %s events, 1 in %d stalling for %s (rebalance timeout %s)",
+			c.Runs, thousands(float64(c.Events)), c.StallEvery, c.StallFor, e.rebalance),
+		YLabel: "over all runs",
+	}
+	ev := series{Name: "stalled members evicted", Color: colorNeutral}
+	zw := series{Name: "zombie writes", Color: colorLost}
+	zd := series{Name: "duplicate credits (ours)", Color: colorDup}
+	ad := series{Name: "duplicate credits (article)", Color: colorDup, Hollow: true}
+	var rows [][]string
+	for _, v := range c.Variants {
+		var t zombieResult
+		var perRun []float64
+		for _, r := range res {
+			if r.Variant != v {
+				continue
+			}
+			t.Stalls += r.Stalls
+			t.StallsEvicted += r.StallsEvicted
+			t.Evictions += r.Evictions
+			t.ZombieWrites += r.ZombieWrites
+			t.TakenOver += r.TakenOver
+			t.ZombieDups += r.ZombieDups
+			t.Duplicates += r.Duplicates
+			t.Losses += r.Losses
+			t.SkippedStalled += r.SkippedStalled
+			t.UnevictedStalls += r.UnevictedStalls
+			t.Rebalances += r.Rebalances
+			perRun = append(perRun, float64(r.ZombieDups))
+		}
+		a := articleZombie[v == inboxVariant]
+		rows = append(rows, []string{"`" + string(v) + "`", fmt.Sprint(t.Stalls), fmt.Sprint(t.StallsEvicted), fmt.Sprint(t.Evictions),
+			fmt.Sprint(t.ZombieWrites), fmt.Sprint(t.TakenOver), fmt.Sprint(t.ZombieDups), spreadOf(perRun).count(),
+			fmt.Sprint(t.SkippedStalled), fmt.Sprint(t.Duplicates), fmt.Sprint(t.Losses),
+			fmt.Sprintf("%d evictions, %d duplicates, %d skipped", a.evictions, a.duplicates, a.skipped)})
+		chart.Categories = append(chart.Categories, string(v))
+		ev.Values = append(ev.Values, float64(t.StallsEvicted))
+		zw.Values = append(zw.Values, float64(t.ZombieWrites))
+		zd.Values = append(zd.Values, float64(t.ZombieDups))
+		ad.Values = append(ad.Values, float64(a.duplicates))
+	}
+	chart.Series = []series{ev, zw, zd, ad}
+	table := markdownTable([]string{"Variant", "Stalls", "Stalled members evicted", "Members evicted", "Zombie writes", "Also received by another consumer",
+		"Duplicate credits of stalled messages", "per run", "Skipped by the inbox", "All duplicate credits",
+		"Lost", "Article (5 runs)"}, rows)
+	table += fmt.Sprintf("\nTotals over %d runs; \"per run\" is the median (min–max). %d consumers, %s events per run, "+
+		"one in %d stalling for %s the first time it is handled; rebalance timeout %s, session timeout %s. "+
+		"\"All duplicate credits\" includes messages replayed because a rebalance ended a session between a commit and its offset commit.\n",
+		c.Runs, c.Consumers, thousands(float64(c.Events)), c.StallEvery, c.StallFor, e.rebalance, e.session)
+	return table, chart.svg()
+}
+
+func dbFaultsReport(c dbFaultsConfig, res []dbFaultsResult) (string, string) {
+	chart := barChart{
+		Title:    "A misbehaving database: what the consumer went through, and what it got wrong",
+		Subtitle: fmt.Sprintf("totals over %d runs of %s events; backends terminated every ~%s, %d restarts per run", c.Runs, thousands(float64(c.Events)), c.TerminateEvery, c.Restarts),
+		YLabel:   "over all runs",
+	}
+	term := series{Name: "backends terminated", Color: colorNeutral}
+	nack := series{Name: "failed handlings, redelivered", Color: colorLost}
+	skip := series{Name: "skipped by the inbox", Color: colorInbox}
+	dup := series{Name: "duplicate credits", Color: colorDup}
+	lost := series{Name: "lost events", Color: colorLost, Hollow: true}
+	var rows [][]string
+	for _, v := range c.Variants {
+		var terms, downs, recs, nacks, skips, dups, losses []float64
+		restarts, same, runs := 0, 0, 0
+		for _, r := range res {
+			if r.Variant != v {
+				continue
+			}
+			runs++
+			terms = append(terms, float64(r.Terminated))
+			downs = append(downs, r.Downtime.Seconds())
+			for _, d := range r.Recoveries {
+				recs = append(recs, d.Seconds())
+			}
+			nacks = append(nacks, float64(r.Nacks))
+			skips = append(skips, float64(r.Skipped))
+			dups = append(dups, float64(r.Duplicates))
+			losses = append(losses, float64(r.Losses))
+			restarts += r.Restarts
+			if r.SameProcess {
+				same++
+			}
+		}
+		sum := func(xs []float64) float64 {
+			t := 0.0
+			for _, x := range xs {
+				t += x
+			}
+			return t
+		}
+		rec := spreadOf(recs)
+		rows = append(rows, []string{"`" + string(v) + "`", fmt.Sprint(runs), spreadOf(terms).count(), fmt.Sprint(restarts),
+			fmt.Sprintf("%.1f s", sum(downs)), fmt.Sprintf("%.2f s (%.2f–%.2f)", rec.Median, rec.Min, rec.Max),
+			spreadOf(nacks).count(), spreadOf(skips).count(), thousands(sum(dups)), thousands(sum(losses)),
+			fmt.Sprintf("%d of %d", same, runs)})
+		chart.Categories = append(chart.Categories, string(v))
+		term.Values = append(term.Values, sum(terms))
+		nack.Values = append(nack.Values, sum(nacks))
+		skip.Values = append(skip.Values, sum(skips))
+		dup.Values = append(dup.Values, sum(dups))
+		lost.Values = append(lost.Values, sum(losses))
+	}
+	chart.Series = []series{term, nack, skip, dup, lost}
+	table := markdownTable([]string{"Variant", "Runs", "Backends terminated per run", "Restarts", "PostgreSQL down (total)",
+		"Back to work after a restart", "Failed handlings per run", "Inbox skips per run", "Duplicate credits (total)",
+		"Lost events (total)", "Same process throughout, clean exit"}, rows)
+	table += fmt.Sprintf("\nPer run: median (min–max) over %d runs of %s events, 10 ms handlers. Backends in a transaction terminated about every %s; "+
+		"%d restarts per run, spread evenly over the events. \"Back to work\" runs from PostgreSQL accepting connections again to the consumer's next credit.\n",
+		c.Runs, thousands(float64(c.Events)), c.TerminateEvery, c.Restarts)
+	return table, chart.svg()
+}
+
+func throughputReport(c throughputConfig, res []throughputResult) (string, string) {
+	chart := barChart{
+		Title:    "Throughput without faults",
+		Subtitle: fmt.Sprintf("median msg/s of %d runs of %s messages, %d partitions; whiskers: min–max", c.Runs, thousands(float64(c.Messages)), defaultPartitions),
+		YLabel:   "messages per second",
+	}
+	colors := map[string]string{string(atMostOnce): colorLost, string(afterDB): colorNeutral, string(afterDBSync): "#8e44ad", string(inboxVariant): colorInbox, ceilingName: "#2980b9"}
+	names := make([]string, 0, len(c.Variants)+1)
+	for _, v := range c.Variants {
+		names = append(names, string(v))
+	}
+	if c.Ceiling {
+		names = append(names, ceilingName)
+	}
+	med := map[string]map[time.Duration]spread{}
+	for _, name := range names {
+		med[name] = map[time.Duration]spread{}
+		for _, s := range c.Sleeps {
+			var xs []float64
+			for _, r := range res {
+				if r.Name == name && r.Sleep == s {
+					xs = append(xs, r.MsgPerS)
+				}
+			}
+			if len(xs) > 0 {
+				med[name][s] = spreadOf(xs)
+			}
+		}
+	}
+	var b strings.Builder
+	for _, s := range c.Sleeps {
+		chart.Categories = append(chart.Categories, sleepLabel(s)+" handlers")
+		fmt.Fprintf(&b, "**%s handlers**\n\n", sleepLabel(s))
+		base, hasBase := med[string(afterDB)][s]
+		baseSync, hasSync := med[string(afterDBSync)][s]
+		ceil, hasCeil := med[ceilingName][s]
+		var rows [][]string
+		for _, name := range names {
+			m, ok := med[name][s]
+			if !ok {
+				continue
+			}
+			ratio := func(has bool, to spread) string {
+				if !has || to.Median == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.3f", m.Median/to.Median)
+			}
+			article := "–"
+			if a, ok := articleKillRows[variant(name)]; ok && s == 10*time.Millisecond {
+				article = fmt.Sprintf("%s (%s)", thousands(a.throughputMsgPS), strings.SplitN(a.label, ":", 2)[0])
+			}
+			rows = append(rows, []string{"`" + name + "`", fmt.Sprintf("%.1f (%.1f–%.1f)", m.Median, m.Min, m.Max),
+				ratio(hasBase, base), ratio(hasSync, baseSync), ratio(hasCeil, ceil), article})
+		}
+		b.WriteString(markdownTable([]string{"Variant", "msg/s", "vs after-db", "vs after-db-sync", "vs ceiling", "Article msg/s"}, rows))
+		b.WriteString("\n")
+	}
+	for _, name := range names {
+		sr := series{Name: name, Color: colors[name]}
+		for _, s := range c.Sleeps {
+			m, ok := med[name][s]
+			if !ok {
+				sr.Values, sr.Lo, sr.Hi = append(sr.Values, math.NaN()), append(sr.Lo, 0), append(sr.Hi, 0)
+				continue
+			}
+			sr.Values, sr.Lo, sr.Hi = append(sr.Values, m.Median), append(sr.Lo, m.Min), append(sr.Hi, m.Max)
+		}
+		chart.Series = append(chart.Series, sr)
+	}
+	fmt.Fprintf(&b, "Median (min–max) of %d runs of %s messages each, every variant measured in every round, in an order that rotates "+
+		"from round to round. The rate runs from a consumer's first message to its last credit. The ceiling is the inbox's claim-plus-credit "+
+		"transaction run by %d goroutines straight at PostgreSQL, without Kafka or Watermill. The article's rates are from its one-loop "+
+		"Python consumer (a1, a2, b, c), beside the variant that acks the same way.\n", c.Runs, thousands(float64(c.Messages)), defaultPartitions)
+	return b.String(), chart.svg()
 }
