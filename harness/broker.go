@@ -3,13 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // kafkaVersion is the protocol version every Sarama client of the harness speaks. It carries the rebalance timeout
@@ -33,33 +31,11 @@ func startBroker(addrs []string, minSession time.Duration) (*broker, error) {
 	b := &broker{addrs: addrs}
 	if len(addrs) == 0 {
 		opts := []kfake.Opt{kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(minSession)}
-		if f := os.Getenv("HARNESS_KFAKE_LOG"); f != "" {
-			w, err := os.Create(f)
-			if err == nil {
-				opts = append(opts, kfake.WithLogger(kfake.BasicLogger(w, kfake.LogLevelDebug)))
-			}
-		}
 		c, err := kfake.NewCluster(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("start kfake: %w", err)
 		}
 		b.fake, b.addrs = c, c.ListenAddrs()
-		if f := os.Getenv("HARNESS_KFAKE_TRACE"); f != "" {
-			w, _ := os.Create(f)
-			c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
-				switch r := req.(type) {
-				case *kmsg.JoinGroupRequest:
-					fmt.Fprintf(w, "%s join member=%s v=%d\n", time.Now().Format("15:04:05.000"), r.MemberID, r.Version)
-				case *kmsg.SyncGroupRequest:
-					fmt.Fprintf(w, "%s sync member=%s gen=%d\n", time.Now().Format("15:04:05.000"), r.MemberID, r.Generation)
-				case *kmsg.LeaveGroupRequest:
-					fmt.Fprintf(w, "%s leave member=%s %v\n", time.Now().Format("15:04:05.000"), r.MemberID, r.Members)
-				case *kmsg.HeartbeatRequest:
-					fmt.Fprintf(w, "%s hb member=%s gen=%d\n", time.Now().Format("15:04:05.000"), r.MemberID, r.Generation)
-				}
-				return nil, nil, false
-			})
-		}
 	}
 	cfg := sarama.NewConfig()
 	cfg.Version = kafkaVersion

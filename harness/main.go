@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -85,6 +86,34 @@ func main() {
 	}
 }
 
+// newFlagSet returns the flag set of a command whose -h prints the command's paragraph of the usage, then its flags.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: harness %s [flags]\n\n%s\nFlags:\n", name, commandHelp(name))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// commandHelp cuts a command's paragraph out of usage, so the two never disagree.
+func commandHelp(name string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(usage, "\n") {
+		switch {
+		case strings.HasPrefix(line, "  "+name+" "):
+			in = true
+		case in && (len(line) < 3 || line[2] != ' '):
+			return b.String()
+		}
+		if in {
+			b.WriteString(strings.TrimSpace(line) + "\n")
+		}
+	}
+	return b.String()
+}
+
 // commonFlags are the flags every measuring command takes.
 type commonFlags struct {
 	env     envConfig
@@ -146,20 +175,27 @@ func parseVariants(s string) ([]variant, error) {
 	return out, nil
 }
 
-// writeOutputs prints the table and writes it and the chart under dir.
-func writeOutputs(dir, name, table, svg string) error {
+// writeOutputs prints the table and writes it, the chart and the per-run results (JSON, for anyone who wants to
+// check a median or draw another chart) under dir.
+func writeOutputs(dir, name, table, svg string, results any) error {
 	fmt.Print(table)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(table), 0o644); err != nil {
+	raw, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, name+".svg"), []byte(svg), 0o644)
+	for ext, b := range map[string][]byte{".md": []byte(table), ".svg": []byte(svg), ".json": append(raw, '\n')} {
+		if err := os.WriteFile(filepath.Join(dir, name+ext), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func killCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("kill", flag.ExitOnError)
+	fs := newFlagSet("kill")
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
 	var c killConfig
@@ -191,11 +227,11 @@ func killCommand(ctx context.Context, args []string) error {
 	}
 	e.logf("kill: done in %s", time.Since(start).Round(time.Second))
 	table, svg := killReport(c, res)
-	return writeOutputs(cf.out, "kill", table, svg)
+	return writeOutputs(cf.out, "kill", table, svg, res)
 }
 
 func brokerCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("broker", flag.ExitOnError)
+	fs := newFlagSet("broker")
 	minSession := fs.Duration("min-session-timeout", 100*time.Millisecond, "the shortest session timeout the broker accepts")
 	_ = fs.Parse(args)
 	b, err := startBroker(nil, *minSession)
@@ -209,7 +245,7 @@ func brokerCommand(ctx context.Context, args []string) error {
 }
 
 func zombieCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("zombie", flag.ExitOnError)
+	fs := newFlagSet("zombie")
 	var cf commonFlags
 	cf.register(fs, 5, zombieTimeouts)
 	var c zombieConfig
@@ -251,11 +287,11 @@ func zombieCommand(ctx context.Context, args []string) error {
 	}
 	e.logf("zombie: done in %s", time.Since(start).Round(time.Second))
 	table, svg := zombieReport(c, e, res)
-	return writeOutputs(cf.out, "zombie", table, svg)
+	return writeOutputs(cf.out, "zombie", table, svg, res)
 }
 
 func dbFaultsCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("db-faults", flag.ExitOnError)
+	fs := newFlagSet("db-faults")
 	var cf commonFlags
 	cf.register(fs, 3, killTimeouts)
 	var c dbFaultsConfig
@@ -292,11 +328,11 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 	}
 	e.logf("db-faults: done in %s", time.Since(start).Round(time.Second))
 	table, svg := dbFaultsReport(c, res)
-	return writeOutputs(cf.out, "db-faults", table, svg)
+	return writeOutputs(cf.out, "db-faults", table, svg, res)
 }
 
 func throughputCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("throughput", flag.ExitOnError)
+	fs := newFlagSet("throughput")
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
 	var c throughputConfig
@@ -317,7 +353,7 @@ func throughputCommand(ctx context.Context, args []string) error {
 		}
 		c.Sleeps = append(c.Sleeps, d)
 	}
-	c.Runs, c.Seed = cf.runs, cf.seed
+	c.Runs, c.Seed, c.Partitions = cf.runs, cf.seed, cf.env.Partitions
 	e, err := cf.open(ctx)
 	if err != nil {
 		return err
@@ -330,5 +366,5 @@ func throughputCommand(ctx context.Context, args []string) error {
 	}
 	e.logf("throughput: done in %s", time.Since(start).Round(time.Second))
 	table, svg := throughputReport(c, res)
-	return writeOutputs(cf.out, "throughput", table, svg)
+	return writeOutputs(cf.out, "throughput", table, svg, res)
 }

@@ -84,6 +84,9 @@ type barChart struct {
 	YLabel     string
 	Categories []string
 	Series     []series
+	// Log draws the value axis as log10(1+v), so that 5 and 15 stay visible beside 30,000 and 0 still sits on
+	// the axis.
+	Log bool
 }
 
 const (
@@ -102,6 +105,9 @@ func (c barChart) svg() string {
 	top := 0.0
 	for _, s := range c.Series {
 		for i, v := range s.Values {
+			if math.IsNaN(v) { // a bar that was not measured
+				continue
+			}
 			top = math.Max(top, v)
 			if s.Hi != nil {
 				top = math.Max(top, s.Hi[i])
@@ -117,6 +123,18 @@ func (c barChart) svg() string {
 		yMax = step
 	}
 	y := func(v float64) float64 { return marginT + plotH - v/yMax*plotH }
+	ticks := []float64{}
+	for v := 0.0; v <= yMax+step/2; v += step {
+		ticks = append(ticks, v)
+	}
+	if c.Log {
+		yMax = math.Pow(10, math.Ceil(math.Log10(math.Max(top, 1))))
+		y = func(v float64) float64 { return marginT + plotH - math.Log10(1+v)/math.Log10(1+yMax)*plotH }
+		ticks = []float64{0}
+		for v := 1.0; v <= yMax; v *= 10 {
+			ticks = append(ticks, v)
+		}
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n",
@@ -124,7 +142,7 @@ func (c barChart) svg() string {
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="%d" font-weight="bold">%s</text>`+"\n", marginL, titleSize, html.EscapeString(c.Title))
 	fmt.Fprintf(&b, `<text x="%d" y="46" font-size="%d" fill="#555">%s</text>`+"\n", marginL, labelSize+1, html.EscapeString(c.Subtitle))
-	for v := 0.0; v <= yMax+step/2; v += step {
+	for _, v := range ticks {
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s"/>`+"\n", marginL, marginL+plotW, y(v), y(v), gridColor)
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-size="%d" text-anchor="end">%s</text>`+"\n", marginL-6, y(v)+4, labelSize, thousands(v))
 	}
@@ -226,7 +244,8 @@ func killReport(c killConfig, res []killResult) (string, string) {
 	chart := barChart{
 		Title:    "Hard kills: duplicate and lost credits per run",
 		Subtitle: fmt.Sprintf("median per run of up to %d SIGKILLs, %s events, %d runs; whiskers: min–max", c.Kills, thousands(float64(c.Events)), c.Runs),
-		YLabel:   "credits per run",
+		YLabel:   "credits per run (log scale)",
+		Log:      true,
 	}
 	dup := series{Name: "duplicates (ours)", Color: colorDup}
 	lost := series{Name: "lost (ours)", Color: colorLost}
@@ -387,7 +406,7 @@ func dbFaultsReport(c dbFaultsConfig, res []dbFaultsResult) (string, string) {
 func throughputReport(c throughputConfig, res []throughputResult) (string, string) {
 	chart := barChart{
 		Title:    "Throughput without faults",
-		Subtitle: fmt.Sprintf("median msg/s of %d runs of %s messages, %d partitions; whiskers: min–max", c.Runs, thousands(float64(c.Messages)), defaultPartitions),
+		Subtitle: fmt.Sprintf("median msg/s of %d runs of %s messages, %d partitions; whiskers: min–max", c.Runs, thousands(float64(c.Messages)), c.Partitions),
 		YLabel:   "messages per second",
 	}
 	colors := map[string]string{string(atMostOnce): colorLost, string(afterDB): colorNeutral, string(afterDBSync): "#8e44ad", string(inboxVariant): colorInbox, ceilingName: "#2980b9"}
@@ -457,6 +476,6 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 	fmt.Fprintf(&b, "Median (min–max) of %d runs of %s messages each, every variant measured in every round, in an order that rotates "+
 		"from round to round. The rate runs from a consumer's first message to its last credit. The ceiling is the inbox's claim-plus-credit "+
 		"transaction run by %d goroutines straight at PostgreSQL, without Kafka or Watermill. The article's rates are from its one-loop "+
-		"Python consumer (a1, a2, b, c), beside the variant that acks the same way.\n", c.Runs, thousands(float64(c.Messages)), defaultPartitions)
+		"Python consumer (a1, a2, b, c), beside the variant that acks the same way.\n", c.Runs, thousands(float64(c.Messages)), c.Partitions)
 	return b.String(), chart.svg()
 }

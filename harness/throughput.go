@@ -16,13 +16,14 @@ import (
 
 // throughputConfig is one `harness throughput` invocation.
 type throughputConfig struct {
-	Variants []variant
-	Runs     int
-	Messages int
-	Sleeps   []time.Duration // handler work per message; each gets its own table
-	Ceiling  bool            // measure the PostgreSQL-only ceiling beside the zero-work handlers
-	Seed     uint64
-	Timeout  time.Duration
+	Variants   []variant
+	Runs       int
+	Messages   int
+	Sleeps     []time.Duration // handler work per message; each gets its own table
+	Ceiling    bool            // measure the PostgreSQL-only ceiling beside the zero-work handlers
+	Partitions int             // for the report: partitions, and so goroutines of the ceiling
+	Seed       uint64
+	Timeout    time.Duration
 }
 
 // throughputResult is one measurement: one variant (or the ceiling), one handler sleep, one round.

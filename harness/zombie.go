@@ -147,7 +147,7 @@ func zombieRun(ctx context.Context, e *env, c zombieConfig, v variant, r int) (z
 	}
 	// Every stalled handler must have written before the run is counted, and the stalls come late when the
 	// group spends its time rebalancing, so wait for those first, then for the drain.
-	expected := (c.Events + 1) / c.StallEvery
+	expected := c.Events / c.StallEvery // seq s stalls when s % StallEvery == StallEvery-1
 	deadline := time.Now().Add(c.Drain)
 	for {
 		mu.Lock()
