@@ -38,6 +38,17 @@ type dbFaultsResult struct {
 	Losses      int
 	SameProcess bool // the consumer was never restarted and closed cleanly at the end
 	Elapsed     time.Duration
+
+	// The run as it happened, in seconds since the consumer started working: for the chart.
+	Progress     []progressSample
+	Outages      [][2]float64 // restart command started, PostgreSQL accepting connections again
+	Terminations []float64    // rounds of pg_terminate_backend that ended at least one backend
+}
+
+// progressSample is how many distinct events had been credited at a moment of a run.
+type progressSample struct {
+	At       float64
+	Credited int
 }
 
 // defaultRestartCmd restarts the local cluster the way the machine's packaging does; the version directory is found
@@ -99,6 +110,9 @@ func dbFaultsRun(ctx context.Context, e *env, c dbFaultsConfig, v variant, r int
 
 	nextRestart := 0
 	nextTerminate := time.Now().Add(jitter(rnd, c.TerminateEvery))
+	t0 := time.Now()
+	since := func() float64 { return time.Since(t0).Seconds() }
+	var lastSample time.Time
 	for {
 		if !p.alive() {
 			return res, fmt.Errorf("run %s: the consumer exited during the faults (%v); it must recover by itself", run, p.err)
@@ -107,14 +121,20 @@ func dbFaultsRun(ctx context.Context, e *env, c dbFaultsConfig, v variant, r int
 		if err != nil {
 			return res, err
 		}
+		if time.Since(lastSample) >= 200*time.Millisecond || rows >= c.Events {
+			res.Progress = append(res.Progress, progressSample{At: since(), Credited: rows})
+			lastSample = time.Now()
+		}
 		if rows >= c.Events {
 			break
 		}
 		if nextRestart < c.Restarts && rows >= (nextRestart+1)*c.Events/(c.Restarts+1) {
+			began := since()
 			down, recovery, err := e.restartPostgres(ctx, c.RestartCmd, run, p)
 			if err != nil {
 				return res, err
 			}
+			res.Outages = append(res.Outages, [2]float64{began, began + down.Seconds()})
 			nextRestart++
 			res.Restarts++
 			res.Downtime += down
@@ -129,6 +149,9 @@ func dbFaultsRun(ctx context.Context, e *env, c dbFaultsConfig, v variant, r int
 				return res, fmt.Errorf("terminate backends: %w", err)
 			}
 			res.Terminated += n
+			if n > 0 {
+				res.Terminations = append(res.Terminations, since())
+			}
 			nextTerminate = time.Now().Add(jitter(rnd, c.TerminateEvery))
 		}
 		if time.Since(start) > c.Drain {

@@ -341,16 +341,6 @@ func zombieReport(c zombieConfig, e *env, res []zombieResult) (string, string) {
 }
 
 func dbFaultsReport(c dbFaultsConfig, res []dbFaultsResult) (string, string) {
-	chart := barChart{
-		Title:    "A misbehaving database: what the consumer went through, and what it got wrong",
-		Subtitle: fmt.Sprintf("totals over %d runs of %s events; backends terminated every ~%s, %d restarts per run", c.Runs, thousands(float64(c.Events)), c.TerminateEvery, c.Restarts),
-		YLabel:   "over all runs",
-	}
-	term := series{Name: "backends terminated", Color: colorNeutral}
-	nack := series{Name: "failed handlings, redelivered", Color: colorLost}
-	skip := series{Name: "skipped by the inbox", Color: colorInbox}
-	dup := series{Name: "duplicate credits", Color: colorDup}
-	lost := series{Name: "lost events", Color: colorLost, Hollow: true}
 	var rows [][]string
 	for _, v := range c.Variants {
 		var terms, downs, recs, nacks, skips, dups, losses []float64
@@ -386,21 +376,25 @@ func dbFaultsReport(c dbFaultsConfig, res []dbFaultsResult) (string, string) {
 			fmt.Sprintf("%.1f s", sum(downs)), fmt.Sprintf("%.2f s (%.2f–%.2f)", rec.Median, rec.Min, rec.Max),
 			spreadOf(nacks).count(), spreadOf(skips).count(), thousands(sum(dups)), thousands(sum(losses)),
 			fmt.Sprintf("%d of %d", same, runs)})
-		chart.Categories = append(chart.Categories, string(v))
-		term.Values = append(term.Values, sum(terms))
-		nack.Values = append(nack.Values, sum(nacks))
-		skip.Values = append(skip.Values, sum(skips))
-		dup.Values = append(dup.Values, sum(dups))
-		lost.Values = append(lost.Values, sum(losses))
 	}
-	chart.Series = []series{term, nack, skip, dup, lost}
 	table := markdownTable([]string{"Variant", "Runs", "Backends terminated per run", "Restarts", "PostgreSQL down (total)",
 		"Back to work after a restart", "Failed handlings per run", "Inbox skips per run", "Duplicate credits (total)",
 		"Lost events (total)", "Same process throughout, clean exit"}, rows)
 	table += fmt.Sprintf("\nPer run: median (min–max) over %d runs of %s events, 10 ms handlers. Backends in a transaction terminated about every %s; "+
 		"%d restarts per run, spread evenly over the events. \"Back to work\" runs from PostgreSQL accepting connections again to the consumer's next credit.\n",
 		c.Runs, thousands(float64(c.Events)), c.TerminateEvery, c.Restarts)
-	return table, chart.svg()
+	// The chart is the first run as it happened: one consumer process through every fault, never restarted.
+	var tl timeline
+	if len(res) > 0 {
+		r := res[0]
+		tl = timeline{
+			Title: fmt.Sprintf("One consumer through a misbehaving database: %s, run 1", r.Variant),
+			Subtitle: fmt.Sprintf("%s events; %d backends terminated, %d restarts; %d duplicates, %d lost",
+				thousands(float64(c.Events)), r.Terminated, r.Restarts, r.Duplicates, r.Losses),
+			Points: r.Progress, Bands: r.Outages, Marks: r.Terminations,
+		}
+	}
+	return table, tl.svg()
 }
 
 func throughputReport(c throughputConfig, res []throughputResult) (string, string) {
@@ -478,4 +472,64 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 		"transaction run by %d goroutines straight at PostgreSQL, without Kafka or Watermill. The article's rates are from its one-loop "+
 		"Python consumer (a1, a2, b, c), beside the variant that acks the same way.\n", c.Runs, thousands(float64(c.Messages)), c.Partitions)
 	return b.String(), chart.svg()
+}
+
+// timeline is a line chart of one run's progress, with the faults drawn on it: the database's outages as bands,
+// and each round of terminated backends as a tick on the time axis.
+type timeline struct {
+	Title, Subtitle string
+	Points          []progressSample
+	Bands           [][2]float64
+	Marks           []float64
+}
+
+func (tl timeline) svg() string {
+	xMax, yMax := 1.0, 1.0
+	for _, p := range tl.Points {
+		xMax, yMax = math.Max(xMax, p.At), math.Max(yMax, float64(p.Credited))
+	}
+	xStep, yStep := niceStep(xMax/8), niceStep(yMax/5)
+	xMax, yMax = math.Ceil(xMax/xStep)*xStep, math.Ceil(yMax/yStep)*yStep
+	x := func(v float64) float64 { return marginL + v/xMax*plotW }
+	y := func(v float64) float64 { return marginT + plotH - v/yMax*plotH }
+
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n",
+		chartW, chartH, chartW, chartH, chartFont)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="%d" font-weight="bold">%s</text>`+"\n", marginL, titleSize, html.EscapeString(tl.Title))
+	fmt.Fprintf(&b, `<text x="%d" y="46" font-size="%d" fill="#555">%s</text>`+"\n", marginL, labelSize+1, html.EscapeString(tl.Subtitle))
+	for _, band := range tl.Bands {
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.18"/>`+"\n",
+			x(band[0]), marginT, math.Max(x(band[1])-x(band[0]), 1), plotH, colorDup)
+	}
+	for v := 0.0; v <= yMax+yStep/2; v += yStep {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s"/>`+"\n", marginL, marginL+plotW, y(v), y(v), gridColor)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-size="%d" text-anchor="end">%s</text>`+"\n", marginL-6, y(v)+4, labelSize, thousands(v))
+	}
+	for v := 0.0; v <= xMax+xStep/2; v += xStep {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", x(v), marginT+plotH+30, labelSize, thousands(v))
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d" text-anchor="middle">seconds since the consumer started working</text>`+"\n",
+		marginL+plotW/2, marginT+plotH+46, labelSize+1)
+	fmt.Fprintf(&b, `<text transform="translate(16 %d) rotate(-90)" font-size="%d" text-anchor="middle">events credited</text>`+"\n",
+		marginT+plotH/2, labelSize+1)
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s"/>`+"\n", marginL, marginL+plotW, marginT+plotH, marginT+plotH, axisColor)
+	for _, m := range tl.Marks {
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="%s"/>`+"\n", x(m), x(m), marginT+plotH+4, marginT+plotH+14, colorNeutral)
+	}
+	var pts []string
+	for _, p := range tl.Points {
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.At), y(float64(p.Credited))))
+	}
+	fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), colorInbox)
+	ly := chartH - 18
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", marginL, marginL+18, ly-4, ly-4, colorInbox)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">events credited</text>`+"\n", marginL+24, ly, labelSize)
+	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s" fill-opacity="0.18"/>`+"\n", marginL+150, ly-10, colorDup)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">PostgreSQL restarting</text>`+"\n", marginL+168, ly, labelSize)
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s"/>`+"\n", marginL+330, marginL+330, ly-10, ly, colorNeutral)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">backends terminated mid-transaction</text>`+"\n", marginL+338, ly, labelSize)
+	b.WriteString("</svg>\n")
+	return b.String()
 }

@@ -91,3 +91,20 @@ func TestKillSchedule_IsTheSameForEveryVariantAndStaysInRange(t *testing.T) {
 		t.Fatal("runs 1 and 2 share their delays: five runs would measure one schedule five times")
 	}
 }
+
+func TestTimeline_IsValidSVGWithTheFaultsOnIt(t *testing.T) {
+	tl := timeline{Title: "t", Points: []progressSample{{0, 0}, {1, 400}, {2, 400}, {3, 900}},
+		Bands: [][2]float64{{1.2, 2.5}}, Marks: []float64{0.5, 2.8}}
+	svg := tl.svg()
+	if strings.Contains(svg, "NaN") || !strings.Contains(svg, "<polyline") || strings.Count(svg, `fill-opacity="0.18"`) != 2 {
+		t.Fatalf("timeline lacks its line or its outage band, or has a NaN:\n%s", svg)
+	}
+	d := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("timeline is not well-formed XML: %v", err)
+		}
+	}
+}
