@@ -33,3 +33,9 @@ var ErrLeaseLost = errors.New("inbox: lease lost to another consumer")
 
 // ErrAttemptsExhausted reports, in lease mode, a message whose handler failed on every allowed attempt.
 var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
+
+// ErrProducedUnstorable reports messages a handler returned that the inbox cannot store with its row (the database
+// refused the value, or a message is nil). Storing them would fail on every redelivery, so the message is handled
+// like one without a usable event ID: its effect is rolled back and it is dead-lettered with the reason, or nacked
+// after the reject delay.
+var ErrProducedUnstorable = errors.New("inbox: produced messages cannot be stored")

@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,6 +19,7 @@ type store struct {
 	producedSQL string
 	saveSQL     string
 	finishSQL   string
+	takeoverSQL string
 
 	leaseClaimSQL    string
 	leaseStateSQL    string
@@ -29,8 +29,8 @@ type store struct {
 	leaseFailSQL     string
 }
 
-// Savepoint statements, for a claim made inside watermill-sql's subscriber transaction. The name is fixed: the
-// middleware never nests them.
+// Savepoint statements, for a claim made inside watermill-sql's subscriber transaction. The name is fixed: a
+// savepoint is always released, after a rollback to it too, so they never nest.
 const (
 	savepointSQL         = `SAVEPOINT watermill_inbox_claim`
 	rollbackSavepointSQL = `ROLLBACK TO SAVEPOINT watermill_inbox_claim`
@@ -65,8 +65,28 @@ func newStore(table string) *store {
 		saveSQL: q(`INSERT INTO {table}_produced (consumer, message_id, produced) VALUES ($1, $2, $3)`),
 
 		// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
-		// succeeded (migrations/003_applying_guard.up.sql says why).
-		finishSQL: q(`UPDATE {table} SET state = 'done' WHERE consumer = $1 AND message_id = $2`),
+		// succeeded (migrations/003_applying_guard.up.sql says why). Turning the row 'done' and storing the produced
+		// messages ($3, NULL for none) is one statement: the owner of the transaction may commit it at any moment
+		// (watermill-sql's subscriber does on close and at its ack deadline), and a commit between two statements
+		// would leave a 'done' row whose messages a redelivery, skipped as a duplicate, could never send. Both parts
+		// read the row as it was before the statement, so both see it 'applying' or neither does; the UPDATE's
+		// count tells the caller which.
+		finishSQL: q(`WITH saved AS (
+				INSERT INTO {table}_produced (consumer, message_id, produced)
+				SELECT consumer, message_id, $3::jsonb FROM {table}
+				WHERE consumer = $1 AND message_id = $2 AND state = 'applying' AND $3::jsonb IS NOT NULL
+			)
+			UPDATE {table} SET state = 'done' WHERE consumer = $1 AND message_id = $2 AND state = 'applying'`),
+
+		// Runs only when a transaction-mode claim found a row that lease mode left: a consumer switched modes,
+		// or shares a table with a lease-mode handler of the same name. It takes the row, as $3, when lease mode
+		// would let a new holder take it: 'released', or 'processing' with a lease run out by the database clock.
+		// Under READ COMMITTED a concurrent lease claim makes this UPDATE wait and recheck the row's newest version,
+		// so only one of them gets it. Clearing the token fences off the old holder's writes.
+		takeoverSQL: q(`UPDATE {table} SET state = $3, locked_until = NULL, lease_token = NULL, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2
+				AND (state = 'released' OR (state = 'processing' AND locked_until <= now()))
+			RETURNING true`),
 
 		// Lease mode's claim, one autocommitted statement so the claim is durable before the handler calls out.
 		// A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
@@ -154,67 +174,65 @@ func (s *store) produced(ctx context.Context, q querier, consumer, id string) (s
 	return state, msgs, err
 }
 
-// decodeProduced turns the produced column back into messages; nil (SQL NULL, no row) means none.
-func decodeProduced(consumer, id string, raw []byte) ([]*message.Message, error) {
-	if raw == nil {
-		return nil, nil
+// committed reads what produced does, in a short read-only transaction of its own on db: outside the snapshot of
+// a caller's REPEATABLE READ transaction, and pinned to one connection behind a transaction-pooling proxy.
+func (s *store) committed(ctx context.Context, db *sql.DB, consumer, id string) (state string, msgs []*message.Message, err error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return "", nil, s.wrap("read committed row", consumer, id, err)
 	}
-	var stored []storedMessage
-	if err := json.Unmarshal(raw, &stored); err != nil {
-		return nil, fmt.Errorf("inbox: decode produced messages of %s/%s: %w", consumer, id, err)
-	}
-	msgs := make([]*message.Message, len(stored))
-	for i, m := range stored {
-		msgs[i] = message.NewMessage(m.UUID, m.Payload)
-		msgs[i].Metadata = m.Metadata
-	}
-	return msgs, nil
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
+	return s.produced(ctx, tx, consumer, id)
 }
 
-// saveProduced stores msgs for the claimed row, in the claim's transaction.
-func (s *store) saveProduced(ctx context.Context, tx *sql.Tx, consumer, id string, msgs []*message.Message) error {
-	raw, err := encodeProduced(consumer, id, msgs)
-	if err != nil {
-		return err
+// saveProduced stores the produced column raw (from encodeProduced) for the row claimed in tx. In a transaction
+// the inbox commits, the row is 'done' from its claim and a separate statement is safe; a claim made 'applying' is
+// finished by finish instead, which stores them in the same statement.
+func (s *store) saveProduced(ctx context.Context, tx *sql.Tx, consumer, id string, raw any) error {
+	if raw == nil {
+		return nil
 	}
 	if _, err := tx.ExecContext(ctx, s.saveSQL, consumer, id, raw); err != nil {
-		return s.wrap("store produced messages", consumer, id, err)
+		return s.wrapProduced("store produced messages", consumer, id, err)
 	}
 	return nil
 }
 
-// finish turns an 'applying' claim 'done', in the claim's transaction.
-func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string) error {
-	if _, err := tx.ExecContext(ctx, s.finishSQL, consumer, id); err != nil {
-		return s.wrap("finish claim", consumer, id, err)
-	}
-	return nil
-}
-
-// encodeProduced returns msgs as the produced column keeps them, or nil (SQL NULL) when there are none. The JSON
-// goes as a string, a text parameter: as []byte, drivers that send byte slices in binary format (lib/pq with
-// binary_parameters=yes) would hand jsonb a value without its binary version header.
-func encodeProduced(consumer, id string, msgs []*message.Message) (any, error) {
-	if len(msgs) == 0 {
-		return nil, nil
-	}
-	stored := make([]storedMessage, len(msgs))
-	for i, m := range msgs {
-		stored[i] = storedMessage{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
-	}
-	raw, err := json.Marshal(stored)
+// finish turns an 'applying' claim 'done' and stores raw with it, in one statement.
+func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string, raw any) error {
+	res, err := tx.ExecContext(ctx, s.finishSQL, consumer, id, raw)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: encode produced messages of %s/%s: %w", consumer, id, err)
+		return s.wrapProduced("finish claim", consumer, id, err)
 	}
-	return string(raw), nil
+	if n, err := res.RowsAffected(); err == nil && n != 1 {
+		return fmt.Errorf("inbox: finish claim %s/%s: the claim is no longer 'applying' in this transaction", consumer, id)
+	}
+	return nil
 }
 
-// storedMessage is a produced message as the produced column keeps it. Payload is base64 in JSON, which keeps
-// any bytes intact; the column stays readable for an operator with jsonb operators.
-type storedMessage struct {
-	UUID     string            `json:"uuid"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-	Payload  []byte            `json:"payload"`
+// takeOver claims, in tx, a row that lease mode left free: 'released' by a failed attempt, or 'processing' with a
+// lease that ran out. It reports false when the row is held by a live lease, or finished, by now.
+func (s *store) takeOver(ctx context.Context, tx *sql.Tx, consumer, id, state string) (bool, error) {
+	var took bool
+	err := tx.QueryRowContext(ctx, s.takeoverSQL, consumer, id, state).Scan(&took)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, s.wrap("take over lease-mode row", consumer, id, err)
+	}
+	return true, nil
+}
+
+// wrapProduced wraps the failure of a statement that stores produced messages. A value the database refuses
+// (data exceptions, limits, a check constraint) would be refused on every redelivery too: it becomes
+// ErrProducedUnstorable, which the middleware dead-letters instead of running the handler again and again.
+func (s *store) wrapProduced(op, consumer, id string, err error) error {
+	state := sqlState(err)
+	if strings.HasPrefix(state, "22") || strings.HasPrefix(state, "54") || state == "23514" {
+		return fmt.Errorf("inbox: %s %s/%s: %w: the database refused them: %w", op, consumer, id, ErrProducedUnstorable, err)
+	}
+	return s.wrap(op, consumer, id, err)
 }
 
 // wrap adds the operation and the row to a driver error, and translates the errors callers branch on: "no such

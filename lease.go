@@ -125,7 +125,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", err.Error())
 		return nil, err
 	}
-	stampEventIDs(produced, i.cfg.idKey)
+	stampProduced(produced, consumer, id, i.cfg.idKey)
 	raw, err := encodeProduced(consumer, id, produced)
 	if err != nil {
 		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", err.Error())

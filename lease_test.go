@@ -214,7 +214,7 @@ func TestLease_ProducedMessagesAreStoredWithDoneAndReturnedToEveryCopy(t *testin
 	require.Len(t, again, 1)
 	require.Equal(t, first[0].UUID, again[0].UUID)
 	require.Equal(t, "paid", string(again[0].Payload))
-	require.Equal(t, "receipt-1", again[0].Metadata.Get(inbox.DefaultIDMetadataKey))
+	require.Equal(t, inbox.ProducedMessageUUID("wallet-credits", "pay-1", 0), again[0].Metadata.Get(inbox.DefaultIDMetadataKey))
 }
 
 func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {

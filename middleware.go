@@ -13,15 +13,16 @@ import (
 
 // Middleware wraps h so that each message is applied at most once per consumer. The path of one message:
 //
-//  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay (dlq.go).
+//  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay (reject).
 //  2. Begin a transaction, or join the one watermill-sql's subscriber carries.
 //  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
 //     messages h produced the first time so the router sends them again.
-//  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it.
+//  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it. The messages h
+//     returns get identities derived from (consumer, ID, position) and are stored with the row.
 //  5. Commit, and only then return, so the router acks after the effect is durable. An error, a panic or a
 //     cancelled context rolls back the effect and the claim together, and the router nacks.
 //
-// In lease mode (WithLease) steps 2 to 5 are applyLeased's, in lease.go.
+// In lease mode (WithLease) steps 2 to 5 are applyLeased's.
 func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
@@ -30,7 +31,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, i.reject(msg, consumer, err)
 		}
 		if i.cfg.lease > 0 {
-			return i.applyLeased(msg, consumer, id, h) // lease.go: for effects outside the database
+			return i.applyLeased(msg, consumer, id, h) // for effects outside the database
 		}
 		if tx, ok := wsql.TxFromContext(ctx); ok && i.cfg.subscriberTx {
 			return i.applyInSubscriberTx(tx, msg, consumer, id, h) // commits on the subscriber's ack
@@ -40,40 +41,48 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil {
 			return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
 		}
-		committed := false
-		defer func() { // runs on a panic too, so a panicking handler leaves no claim behind
-			if !committed {
-				if err := rollbackErr(tx.Rollback()); err != nil {
+		ended := false
+		rollback := func() {
+			if !ended {
+				ended = true
+				if err := rollbackErr(tx.Rollback()); err != nil && ctx.Err() == nil {
 					i.cfg.logger.Error("Inbox rollback failed", err, logFields(msg, consumer, id))
 				}
 			}
-		}()
+		}
+		defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
 		produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h)
 		if err != nil || skipped {
-			return produced, err
+			rollback() // before any wait of settle's, so the claim's lock is not held through it
+			return produced, i.settle(msg, consumer, err)
 		}
 		if err := tx.Commit(); err != nil {
+			ended = true
 			return nil, fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
 		}
-		committed = true
+		ended = true
 		return produced, nil
 	}
 }
 
 // apply claims (consumer, id) in tx, as state, and runs h if the claim is new. skipped reports that h did not run
 // and tx holds nothing to commit: on a duplicate, apply returns the messages stored when the message was first
-// applied; for an ID the database refused (a non-UUID for a uuid column), what reject returns.
+// applied. A message the inbox cannot apply (an ID the database refused, produced messages it cannot store) comes
+// back as an unusable error, for settle once the transaction is rolled back.
 func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, skipped bool, err error) {
 	ctx := msg.Context()
 	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
-	if errors.Is(err, ErrInvalidEventID) {
-		return nil, true, i.reject(msg, consumer, err)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrInvalidEventID):
+		return nil, true, unusable{err}
+	case err != nil && state == stateApplying && sqlState(err) == "40001":
+		return i.skipCommitted(msg, consumer, id, err)
+	case err != nil:
 		return nil, false, err
-	}
-	if !claimed {
-		return i.skip(msg, tx, consumer, id)
+	case !claimed:
+		if claimed, produced, err = i.existing(msg, tx, consumer, id, state); !claimed {
+			return produced, true, err
+		}
 	}
 
 	i.cfg.observer.Claimed(consumer)
@@ -83,16 +92,18 @@ func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, 
 	if err != nil {
 		return nil, false, err
 	}
-	if state != stateDone {
-		if err := i.store.finish(ctx, tx, consumer, id); err != nil {
-			return nil, false, err
-		}
+	stampProduced(produced, consumer, id, i.cfg.idKey)
+	raw, err := encodeProduced(consumer, id, produced)
+	if err == nil && state == stateApplying {
+		err = i.store.finish(ctx, tx, consumer, id, raw)
+	} else if err == nil {
+		err = i.store.saveProduced(ctx, tx, consumer, id, raw)
 	}
-	if len(produced) > 0 {
-		stampEventIDs(produced, i.cfg.idKey)
-		if err := i.store.saveProduced(ctx, tx, consumer, id, produced); err != nil {
-			return nil, false, err
-		}
+	if errors.Is(err, ErrProducedUnstorable) {
+		return nil, true, unusable{err}
+	}
+	if err != nil {
+		return nil, false, err
 	}
 	return produced, false, nil
 }
@@ -101,52 +112,120 @@ func logFields(msg *message.Message, consumer, id string) watermill.LogFields {
 	return watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "event_id": id}
 }
 
+// unusable carries why a message can never be applied, from apply to settle.
+type unusable struct{ error }
+
+func (u unusable) Unwrap() error { return u.error }
+
+// settle returns err for the router, once apply's transaction or savepoint is rolled back: an unusable message is
+// rejected (dead-lettered, or nacked after the reject delay); anything else goes on as it is.
+func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
+	var u unusable
+	if errors.As(err, &u) {
+		return i.reject(msg, consumer, u.error)
+	}
+	return err
+}
+
 // applyInSubscriberTx runs apply in a savepoint of watermill-sql's subscriber transaction, which that subscriber
 // commits after the ack. Its v3 subscriber redelivers a nacked message in the same transaction instead of rolling
 // it back, so without the savepoint a failed attempt's claim and writes would commit with the redelivery, and one
 // failed statement would leave every redelivery in an aborted transaction. Rolling back to the savepoint before
-// the nack undoes both. It also commits when it closes or its ack deadline passes, handler running or not; the
-// claim is therefore made 'applying' and turned 'done' only on success, and a deferred trigger fails a commit that
-// finds it 'applying' (migrations/003_applying_guard.up.sql).
+// the nack undoes both, and releasing it then keeps redeliveries from nesting savepoints without end. The
+// subscriber also commits when it closes or its ack deadline passes, handler running or not; the claim is
+// therefore made 'applying' and turned 'done' only on success, and a deferred trigger fails a commit that finds it
+// 'applying' (migrations/003_applying_guard.up.sql).
 func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
 	if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
 		return nil, fmt.Errorf("inbox: savepoint %s/%s: %w", consumer, id, err)
 	}
-	released := false
-	defer func() { // runs on a panic too
-		if !released {
-			if _, err := tx.ExecContext(context.WithoutCancel(ctx), rollbackSavepointSQL); rollbackErr(err) != nil {
-				i.cfg.logger.Error("Inbox rollback to savepoint failed", err, logFields(msg, consumer, id))
-			}
+	ended := false
+	rollback := func() {
+		if ended {
+			return
 		}
-	}()
+		ended = true
+		bg := context.WithoutCancel(ctx)
+		_, err := tx.ExecContext(bg, rollbackSavepointSQL)
+		if err == nil {
+			_, err = tx.ExecContext(bg, releaseSavepointSQL)
+		}
+		if err := rollbackErr(err); err != nil && ctx.Err() == nil {
+			i.cfg.logger.Error("Inbox rollback to savepoint failed", err, logFields(msg, consumer, id))
+		}
+	}
+	defer rollback() // runs on a panic too
 	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h)
 	if err != nil || skipped {
-		return produced, err
+		rollback()
+		return produced, i.settle(msg, consumer, err)
 	}
 	if _, err := tx.ExecContext(ctx, releaseSavepointSQL); err != nil {
 		return nil, fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)
 	}
-	released = true
+	ended = true
 	return produced, nil
 }
 
-// skip handles a claim that found the row already there: a duplicate, whose produced messages go out again, or a
-// row of lease mode on the same table (dead-lettered, or claimed and not done), which this mode cannot finish.
-func (i *Inbox) skip(msg *message.Message, tx *sql.Tx, consumer, id string) ([]*message.Message, bool, error) {
-	state, produced, err := i.store.produced(msg.Context(), tx, consumer, id)
-	switch {
-	case err != nil:
-		return nil, true, err
-	case state == stateDone:
+// existing handles a claim that found the row already there. A finished row is a duplicate, whose produced
+// messages go out again, and a dead-lettered one is acked. A row lease mode left free (released, or with an
+// expired lease) is taken over and claimed reports true: a consumer may switch modes, and neither mode leaves the
+// other a row it cannot finish. A live lease is waited for.
+func (i *Inbox) existing(msg *message.Message, tx *sql.Tx, consumer, id, state string) (claimed bool, produced []*message.Message, err error) {
+	ctx := msg.Context()
+	current, produced, err := i.store.produced(ctx, tx, consumer, id)
+	if err != nil {
+		return false, nil, err
+	}
+	if done, err := i.skipped(msg, consumer, id, current); done {
+		return false, produced, err
+	}
+	if current == stateReleased || current == stateProcessing {
+		took, err := i.store.takeOver(ctx, tx, consumer, id, state)
+		if err != nil || took {
+			if took {
+				i.cfg.logger.Info("Inbox took over a row lease mode left", logFields(msg, consumer, id).Add(watermill.LogFields{"state": current}))
+			}
+			return took, nil, err
+		}
+	}
+	err = fmt.Errorf("%w: %s/%s is %s in lease mode", ErrLeaseHeld, consumer, id, current)
+	return false, nil, sleepThen(ctx, leaseBusyCeiling, err)
+}
+
+// skipped reports whether a row in state ends the message without running the handler: 'done' (a duplicate) or
+// 'failed' (dead-lettered by lease mode).
+func (i *Inbox) skipped(msg *message.Message, consumer, id, state string) (bool, error) {
+	switch state {
+	case stateDone:
 		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
 		i.cfg.observer.DuplicateSkipped(consumer)
-		return produced, true, nil
-	case state == stateFailed:
+		return true, nil
+	case stateFailed:
 		i.cfg.logger.Info("skipped dead-lettered message", logFields(msg, consumer, id))
-		return nil, true, nil
+		return true, nil
 	}
-	err = fmt.Errorf("%w: %s/%s is %s in lease mode", ErrLeaseHeld, consumer, id, state)
-	return nil, true, sleepThen(msg.Context(), leaseBusyCeiling, err)
+	return false, nil
+}
+
+// skipCommitted handles a claim in watermill-sql's subscriber transaction that failed with a serialization
+// failure. That subscriber reads under REPEATABLE READ, and PostgreSQL refuses an insert that conflicts with a row
+// committed after the transaction's snapshot: another transaction claimed the same consumer and ID meanwhile (a
+// second consumer group sharing this consumer name, or a copy consumed elsewhere). Every redelivery in this
+// transaction would fail the same way until the subscriber's ack deadline, so the row is read outside the snapshot
+// instead: a finished row makes the message a duplicate, as it would be had the other commit come first.
+func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause error) ([]*message.Message, bool, error) {
+	ctx := msg.Context()
+	state, produced, err := i.store.committed(ctx, i.db, consumer, id)
+	if err != nil {
+		return nil, false, errors.Join(cause, err)
+	}
+	i.cfg.logger.Debug("Inbox claim conflicts with a row committed after the subscriber's snapshot; read it outside",
+		logFields(msg, consumer, id).Add(watermill.LogFields{"state": state}))
+	if done, err := i.skipped(msg, consumer, id, state); done {
+		return produced, true, err
+	}
+	err = fmt.Errorf("%w: %s/%s is %s, claimed after this subscriber's snapshot", ErrLeaseHeld, consumer, id, state)
+	return nil, true, sleepThen(ctx, leaseBusyCeiling, err)
 }

@@ -1,0 +1,79 @@
+package inbox_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestModeSwitch_TransactionModeTakesOverWhatLeaseModeLeft(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AReleasedRowIsAppliedOnce", func(t *testing.T) {
+		t.Parallel()
+		leased, b := setup(t, inbox.WithLease(time.Minute))
+		_, err := leased.Middleware(func(*message.Message) ([]*message.Message, error) {
+			return nil, errors.New("provider unavailable")
+		})(newMsg("evt-1"))
+		require.Error(t, err)
+
+		// The consumer is switched to transaction mode; the redelivery must be applied, not held forever.
+		tx, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithRejectDelay(time.Hour))
+		require.NoError(t, err)
+		var calls atomic.Int64
+		_, err = tx.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+		require.NoError(t, err)
+		_, err = tx.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, calls.Load())
+		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, "done", b.stateOf(t, "wallet-credits", "evt-1"))
+	})
+
+	t.Run("AnExpiredLeaseIsTakenOver", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, lease_token, locked_until)
+			VALUES ('wallet-credits', 'evt-1', 'processing', 1, gen_random_uuid(), now() - interval '1 second')`)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, calls.Load())
+		require.Equal(t, "done", b.stateOf(t, "wallet-credits", "evt-1"))
+	})
+
+	t.Run("ALiveLeaseIsWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t)
+		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, lease_token, locked_until)
+			VALUES ('wallet-credits', 'evt-1', 'processing', 1, gen_random_uuid(), now() + interval '1 hour')`)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
+		require.Zero(t, calls.Load())
+	})
+}
+
+func TestModeSwitch_ARowTakenOverAsApplyingCannotCommitBeforeItsHandlerFinished(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state) VALUES ('wallet-credits', 'evt-1', 'released')`)
+	require.NoError(t, err)
+	// What a joined claim's takeover writes, committed by the subscriber before the handler turned it 'done'.
+	tx, err := b.db.Begin()
+	require.NoError(t, err)
+	_, err = tx.Exec(`UPDATE ` + b.table + ` SET state = 'applying' WHERE consumer = 'wallet-credits' AND message_id = 'evt-1'`)
+	require.NoError(t, err)
+	err = tx.Commit()
+	require.Error(t, err, "the guard must refuse the commit")
+	require.Contains(t, err.Error(), "would commit before its handler finished")
+	require.Equal(t, "released", b.stateOf(t, "wallet-credits", "evt-1"))
+}
