@@ -22,7 +22,10 @@ func withClaim(ctx context.Context, tx *sql.Tx, eventID string) context.Context 
 // In transaction mode the middleware commits the transaction after the handler returns nil and before the router
 // acks; it rolls it back when the handler returns an error, panics, or its context is cancelled, and on a duplicate
 // the handler never runs. When the message came from watermill-sql's subscriber, the transaction is the
-// subscriber's own, which commits on ack and rolls back on nack. Outside the handler, or in lease mode, ok is false.
+// subscriber's own, which the subscriber commits after the ack. A nack does not roll that transaction back (the
+// subscriber redelivers the message inside it), so the middleware runs the handler in a savepoint and rolls back
+// to it when the handler fails: the failed attempt's writes are undone either way. Outside the handler, or in lease
+// mode, ok is false.
 func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
 	tx, ok = ctx.Value(txKey).(*sql.Tx)
 	return tx, ok

@@ -13,7 +13,7 @@ import (
 
 // Middleware wraps h so that each message is applied at most once per consumer. The path of one message:
 //
-//  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay (reject).
+//  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay.
 //  2. Begin a transaction, or join the one watermill-sql's subscriber carries.
 //  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
 //     messages h produced the first time so the router sends them again.
@@ -22,7 +22,8 @@ import (
 //  5. Commit, and only then return, so the router acks after the effect is durable. An error, a panic or a
 //     cancelled context rolls back the effect and the claim together, and the router nacks.
 //
-// In lease mode (WithLease) steps 2 to 5 are applyLeased's.
+// In lease mode (WithLease) steps 2 to 5 are different: the claim is a short transaction of its own that records a
+// lease, the handler calls out with an idempotency key, and the row is marked done afterwards (see WithLease).
 func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
