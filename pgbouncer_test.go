@@ -13,11 +13,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
 )
 
 // pgbouncerBinary is where Debian's pgbouncer package installs the pooler.
@@ -227,4 +230,96 @@ func TestPgbouncer_StatementsOutsideATransactionRunOnDifferentServerConnections(
 		inTx[pid] = true
 	}
 	require.Len(t, inTx, 1, "a transaction stays on one server connection")
+}
+
+func TestCleanup_BehindATransactionPoolingProxyNoRoundIsSkipped(t *testing.T) {
+	t.Parallel()
+	dsn := startPgbouncer(t)
+	for _, driver := range driversBehindPgbouncer {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
+			for round := range 8 {
+				b.insertAged(t, "wallet-credits", fmt.Sprintf("old%d", round), "done", 50, thirtyDays, 1)
+				res, err := inbox.Cleanup(context.Background(), proxied, inbox.CleanupParams{BatchSize: 20}, inbox.WithTable(b.table))
+				require.NoError(t, err, "round %d", round)
+				require.False(t, res.Skipped, "round %d: no instance holds the lock", round)
+				require.EqualValues(t, 50, res.Deleted, "round %d", round)
+			}
+			require.Zero(t, b.rows(t, "wallet-credits"))
+		})
+	}
+}
+
+func TestOperations_WorkBehindATransactionPoolingProxy(t *testing.T) {
+	t.Parallel()
+	dsn := startPgbouncer(t)
+	for _, driver := range driversBehindPgbouncer {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
+			b.insertAged(t, "wallet-credits", "old", "done", 5, time.Hour, 1)
+			ctx := context.Background()
+			for range 3 { // several rounds, so that the statements meet several server connections
+				st, err := inbox.ReadStats(ctx, proxied, inbox.WithTable(b.table))
+				require.NoError(t, err)
+				require.Len(t, st.Consumers, 1)
+				require.EqualValues(t, 5, st.Consumers[0].Done)
+
+				ms, err := inbox.Remembers(ctx, proxied, inbox.WithTable(b.table))
+				require.NoError(t, err)
+				require.Len(t, ms, 1)
+				require.Equal(t, "wallet-credits", ms[0].Consumer)
+			}
+			for i := 1; i <= 5; i++ {
+				row, err := inbox.Forget(ctx, proxied, inbox.ForgetParams{Consumer: "wallet-credits", ID: fmt.Sprintf("old-%d", i)},
+					inbox.WithTable(b.table))
+				require.NoError(t, err)
+				require.Equal(t, "done", row.State)
+			}
+			_, err := inbox.Forget(ctx, proxied, inbox.ForgetParams{Consumer: "wallet-credits", ID: "old-1"}, inbox.WithTable(b.table))
+			require.ErrorIs(t, err, inbox.ErrNotFound)
+			require.Zero(t, b.rows(t, "wallet-credits"))
+		})
+	}
+}
+
+func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *testing.T) {
+	t.Parallel()
+	dsn := startPgbouncer(t)
+	for _, driver := range driversBehindPgbouncer {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
+			ib, err := inbox.New(proxied, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+			require.NoError(t, err)
+			var calls atomic.Int64
+			ids := eventIDs("evt", 40)
+			requireNoErrors(t, deliverCopies(t, ib.Middleware(b.credit(1, &calls)), ids, 3))
+			require.Equal(t, len(ids), b.balance(t), "each event credited once")
+			require.EqualValues(t, len(ids), calls.Load(), "and its handler ran once")
+			b.requireAllDone(t, "wallet-credits", len(ids))
+		})
+	}
+}
+
+func TestPgbouncer_PgxDefaultStatementCacheFailsEvenInsideTransactions(t *testing.T) {
+	t.Parallel()
+	// Why pgbouncerDSNOptions sets a cache mode for pgx: with its defaults, pgx prepares named statements and
+	// reuses them in later transactions, which the proxy runs on other server connections.
+	db := openVia(t, "pgx", startPgbouncer(t))
+	db.SetMaxOpenConns(1)
+	var failure error
+	for i := 0; i < 4*pgbouncerPoolSize && failure == nil; i++ {
+		tx, err := db.Begin()
+		require.NoError(t, err)
+		var n int
+		failure = tx.QueryRow(`SELECT $1::int`, i).Scan(&n)
+		_ = tx.Rollback()
+	}
+	require.Error(t, failure)
+	require.Equal(t, "26000", sqlStateOf(failure), "prepared statement does not exist: %v", failure)
 }
