@@ -68,8 +68,8 @@ func newStore(table string) *store {
 		// succeeded (migrations/003_applying_guard.up.sql says why).
 		finishSQL: q(`UPDATE {table} SET state = 'done' WHERE consumer = $1 AND message_id = $2`),
 
-		// Lease mode's claim, committed in a short transaction of its own so the claim is durable before the handler calls out.
-		// A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
+		// Lease mode's claim, committed in a short transaction of its own so the claim is durable before the
+		// handler calls out. A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
 		// failed attempt, or 'processing' with a lease that has run out by the database clock, so consumers with
 		// skewed clocks agree on who holds it. The conflict path locks the row, so two takers are serialized and
 		// the second finds the first's live lease. The subquery reads the statement's snapshot, the row as it was
