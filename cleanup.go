@@ -3,10 +3,8 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -87,8 +85,10 @@ type CleanupResult struct {
 //
 // Each batch is its own short transaction that walks the consumer's expired rows oldest first through an index
 // (migrations/004), so row locks and WAL bursts stay small and message claims, which insert new keys, are never
-// blocked. Many instances may call Cleanup at once: a session advisory lock derived from the table name lets one
-// of them work, and the others return at once with Skipped set.
+// blocked. Many instances may call Cleanup at once: a lock row in the table's "_locks" table (migrations/006) lets
+// one of them work, and the others return at once with Skipped set. The lock is held for a time by the database
+// clock and extended with each batch, so a cleaner that dies holds it for a few minutes at most; unlike a session
+// lock it works through a transaction-pooling proxy such as pgbouncer.
 //
 // Rows in 'processing' (lease mode) are never deleted. While their lease is live a holder is running the handler.
 // Once it has run out, the holder died and the next copy of the message takes the row over; until one does, the
@@ -135,19 +135,21 @@ func (p CleanupParams) validate() error {
 	return nil
 }
 
+// cleanupLockHold is how long the cleanup's lock is held past its last batch: longer than any one batch takes, so
+// that a live cleaner never loses it, and short enough that the lock of a cleaner that died is free again well
+// before the next round (DefaultCleanupInterval). The pause between batches is added to it.
+const cleanupLockHold = 5 * time.Minute
+
 func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupParams) (res CleanupResult, err error) {
 	start := time.Now()
-	// One connection for the whole round: the advisory lock belongs to a session, and each batch on it is still
-	// its own autocommitted transaction.
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return res, fmt.Errorf("inbox: cleanup %s: connect: %w", s.table, err)
-	}
-	defer conn.Close()
-
+	holder := watermill.NewUUID()
+	hold := (cleanupLockHold + p.Pause).Milliseconds()
 	var locked bool
-	if err := conn.QueryRowContext(ctx, s.cleanupStartSQL, s.lockKey, p.Retention.Microseconds()).Scan(&locked, &res.Cutoff); err != nil {
-		return res, fmt.Errorf("inbox: cleanup %s: lock: %w", s.table, err)
+	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, s.lockTakeSQL, cleanupLockName, holder, hold, p.Retention.Microseconds()).Scan(&locked, &res.Cutoff)
+	})
+	if err != nil {
+		return res, s.wrap("cleanup: lock", err)
 	}
 	fields := watermill.LogFields{"table": s.table, "retention": p.Retention.String(), "cutoff": res.Cutoff}
 	if !locked {
@@ -155,9 +157,9 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 		c.logger.Debug("Inbox cleanup skipped: another instance is cleaning this table", fields)
 		return res, nil
 	}
-	defer func() { err = errors.Join(err, s.unlock(ctx, conn)) }()
+	defer func() { err = errors.Join(err, s.unlock(ctx, db, holder)) }()
 
-	consumers, err := s.listConsumers(ctx, conn)
+	consumers, err := s.listConsumers(ctx, db)
 	if err != nil {
 		return res, err
 	}
@@ -165,7 +167,17 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 		from := time.Time{} // year 1, before any processed_at
 		for {
 			var picked, deleted int64
-			err := conn.QueryRowContext(ctx, s.cleanupBatchSQL, consumer, from, res.Cutoff, p.BatchSize).Scan(&picked, &deleted, &from)
+			err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+				var one int
+				err := tx.QueryRowContext(ctx, s.lockExtendSQL, cleanupLockName, holder, hold).Scan(&one)
+				if errors.Is(err, sql.ErrNoRows) {
+					return errCleanupLockLost
+				}
+				if err != nil {
+					return err
+				}
+				return tx.QueryRowContext(ctx, s.cleanupBatchSQL, consumer, from, res.Cutoff, p.BatchSize).Scan(&picked, &deleted, &from)
+			})
 			if err != nil {
 				return res, s.wrap("cleanup", err)
 			}
@@ -189,7 +201,10 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 		}
 	}
 
-	if err := conn.QueryRowContext(ctx, s.abandonedSQL, res.Cutoff).Scan(&res.Abandoned); err != nil {
+	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, s.abandonedSQL, res.Cutoff).Scan(&res.Abandoned)
+	})
+	if err != nil {
 		return res, s.wrap("count abandoned leases", err)
 	}
 	res.Took = time.Since(start)
@@ -204,41 +219,44 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 	return res, nil
 }
 
-// unlock releases the cleanup lock. If that fails the connection is discarded rather than returned to the pool,
-// where it would keep holding the lock and every later round would be skipped.
-func (s *opsStore) unlock(ctx context.Context, conn *sql.Conn) error {
+// errCleanupLockLost stops a cleanup whose lock ran out and was taken by another instance, before it deletes more.
+var errCleanupLockLost = errors.New("the cleanup lock ran out and another instance took it; stopping before the next batch")
+
+// unlock releases the cleanup lock, outliving a cancelled ctx so that a stopped cleanup does not make the next
+// round wait for the lock to run out. A failure is returned; the lock then runs out on its own.
+func (s *opsStore) unlock(ctx context.Context, db *sql.DB, holder string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var released bool
-	err := conn.QueryRowContext(ctx, s.cleanupUnlockSQL, s.lockKey).Scan(&released)
-	if err == nil && released {
-		return nil
-	}
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.lockReleaseSQL, cleanupLockName, holder)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("inbox: cleanup %s: unlock: %w", s.table, err)
+		return s.wrap("cleanup: unlock", err)
 	}
-	return fmt.Errorf("inbox: cleanup %s: unlock: the lock was not held", s.table)
+	return nil
 }
 
 // listConsumers returns the consumers that have rows, in order.
-func (s *opsStore) listConsumers(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) ([]string, error) {
-	rows, err := q.QueryContext(ctx, s.consumersSQL)
-	if err != nil {
-		return nil, s.wrap("list consumers", err)
-	}
-	defer rows.Close()
+func (s *opsStore) listConsumers(ctx context.Context, db *sql.DB) ([]string, error) {
 	var out []string
-	for rows.Next() {
-		var consumer string
-		if err := rows.Scan(&consumer); err != nil {
-			return nil, s.wrap("list consumers", err)
+	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, s.consumersSQL)
+		if err != nil {
+			return err
 		}
-		out = append(out, consumer)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var consumer string
+			if err := rows.Scan(&consumer); err != nil {
+				return err
+			}
+			out = append(out, consumer)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, s.wrap("list consumers", err)
 	}
 	return out, nil
@@ -250,15 +268,6 @@ func (s *opsStore) wrap(op string, err error) error {
 		return fmt.Errorf("inbox: %s %s: %w: %w", op, s.table, ErrSchemaMissing, err)
 	}
 	return fmt.Errorf("inbox: %s %s: %w", op, s.table, err)
-}
-
-// cleanupLockKey derives the cleanup's advisory lock key from the table name, as migrationLockKey does with
-// another prefix: cleanups of two inbox tables do not exclude each other, and a cleanup never waits for, nor
-// blocks, a migration.
-func cleanupLockKey(table string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("watermill-inbox:cleanup:" + table))
-	return int64(h.Sum64())
 }
 
 // sleep waits d, or until ctx ends.
@@ -294,7 +303,7 @@ type CleanerConfig struct {
 
 // Cleaner deletes expired inbox rows in the background, one Cleanup round every Interval, and raises the
 // retention alarm. It holds no goroutine of its own: Run blocks until its context ends. Run one in every instance
-// of a service if that is simpler than choosing one; the advisory lock lets one clean per round while the others
+// of a service if that is simpler than choosing one; the cleanup lock lets one clean per round while the others
 // skip.
 type Cleaner struct {
 	db    *sql.DB

@@ -239,6 +239,55 @@ func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
 	require.Zero(t, b.rows(t, "wallet-credits"))
 }
 
+func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ALiveLockOfAnotherInstanceSkipsTheRound", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		b.insertAged(t, "wallet-credits", "old", "done", 10, thirtyDays, 1)
+		_, err := b.db.Exec(`INSERT INTO ` + b.table + `_locks VALUES ('cleanup', gen_random_uuid(), now() + interval '1 minute')`)
+		require.NoError(t, err)
+		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.True(t, res.Skipped)
+		require.Equal(t, 10, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("TheLockOfACleanerThatDiedIsTakenOnceItRanOut", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		b.insertAged(t, "wallet-credits", "old", "done", 10, thirtyDays, 1)
+		_, err := b.db.Exec(`INSERT INTO ` + b.table + `_locks VALUES ('cleanup', gen_random_uuid(), now() - interval '1 second')`)
+		require.NoError(t, err)
+		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.False(t, res.Skipped)
+		require.EqualValues(t, 10, res.Deleted)
+		var locks int
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_locks`).Scan(&locks))
+		require.Zero(t, locks, "the round released its lock")
+	})
+
+	t.Run("ACleanerThatLostItsLockStopsBeforeTheNextBatch", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
+		var once sync.Once
+		_, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
+			once.Do(func() { // another instance took the lock over, as after this one stalled past its hold
+				_, err := b.db.Exec(`UPDATE ` + b.table + `_locks SET holder = gen_random_uuid()`)
+				require.NoError(t, err)
+			})
+		}}, inbox.WithTable(b.table))
+		require.ErrorContains(t, err, "another instance took it")
+		require.Equal(t, 200, b.rows(t, "wallet-credits"), "only the batch before the takeover was deleted")
+		var locks int
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_locks`).Scan(&locks))
+		require.Equal(t, 1, locks, "the other instance's lock is left alone")
+	})
+}
+
 func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)

@@ -57,27 +57,40 @@ func Forget(ctx context.Context, db *sql.DB, p ForgetParams, opts ...Option) (Fo
 	}
 	s := newOpsStore(c.table)
 	var r ForgottenRow
-	err = db.QueryRowContext(ctx, s.forgetSQL, p.Consumer, p.ID, p.Force).
-		Scan(&r.State, &r.ProcessedAt, &r.Attempts, &r.LastError, &r.HadProduced)
+	var deleted, leftover bool
+	var remainingMS int64
+	// Both statements in one short transaction: behind a transaction-pooling proxy each statement must be in one.
+	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+		r, deleted, leftover = ForgottenRow{}, false, false
+		err := tx.QueryRowContext(ctx, s.forgetSQL, p.Consumer, p.ID, p.Force).
+			Scan(&r.State, &r.ProcessedAt, &r.Attempts, &r.LastError, &r.HadProduced)
+		if err == nil {
+			deleted = true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, s.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		leftover = err == nil
+		return err
+	})
 	switch {
-	case err == nil:
+	case sqlState(err) == "22P02": // not a UUID, in a uuid column: no row can have it
+		return ForgottenRow{}, fmt.Errorf("inbox: forget %s/%s: %w (the table stores UUIDs)", p.Consumer, p.ID, ErrNotFound)
+	case err != nil:
+		return ForgottenRow{}, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
+	case deleted:
 		c.logger.Info("Inbox row forgotten: the next copy of the message will be applied again", watermill.LogFields{
 			"table": c.table, "consumer": p.Consumer, "event_id": p.ID, "state": r.State,
 			"processed_at": r.ProcessedAt, "attempts": r.Attempts, "last_error": r.LastError, "had_produced": r.HadProduced,
 		})
 		return r, nil
-	case sqlState(err) == "22P02": // not a UUID, in a uuid column: no row can have it
-		return r, fmt.Errorf("inbox: forget %s/%s: %w (the table stores UUIDs)", p.Consumer, p.ID, ErrNotFound)
-	case !errors.Is(err, sql.ErrNoRows):
-		return r, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
-	}
-	var remainingMS int64
-	err = db.QueryRowContext(ctx, s.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case !leftover:
 		return r, fmt.Errorf("inbox: forget %s/%s: %w", p.Consumer, p.ID, ErrNotFound)
-	case err != nil:
-		return r, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
 	}
 	return r, fmt.Errorf("inbox: forget %s/%s: %w for another %s; wait for it to end, or force", p.Consumer, p.ID,
 		ErrLeaseHeld, (time.Duration(remainingMS) * time.Millisecond).Round(time.Second))

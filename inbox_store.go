@@ -88,8 +88,8 @@ func newStore(table string) *store {
 				AND (state = 'released' OR (state = 'processing' AND locked_until <= now()))
 			RETURNING true`),
 
-		// Lease mode's claim, one autocommitted statement so the claim is durable before the handler calls out.
-		// A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
+		// Lease mode's claim, committed in a short transaction of its own so the claim is durable before the
+		// handler calls out. A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
 		// failed attempt, or 'processing' with a lease that has run out by the database clock, so consumers with
 		// skewed clocks agree on who holds it. The conflict path locks the row, so two takers are serialized and
 		// the second finds the first's live lease. The subquery reads the statement's snapshot, the row as it was
@@ -270,35 +270,49 @@ type leaseClaim struct {
 	produced  []byte        // the produced column of a 'done' row
 }
 
-func (s *store) claimLease(ctx context.Context, db querier, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
+// claimLease claims the lease of (consumer, id) for token, or reports why it cannot: the claim and, when it took
+// nothing, the read of the row run in one short transaction of their own (see inShortTx).
+func (s *store) claimLease(ctx context.Context, db *sql.DB, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
 	var c leaseClaim
-	var takeover sql.NullBool
-	err := db.QueryRowContext(ctx, s.leaseClaimSQL, consumer, id, token, lease.Milliseconds()).Scan(&c.attempt, &c.lastError, &takeover)
-	if err == nil {
-		c.claimed, c.takeover = true, takeover.Bool
-		return c, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return c, s.wrap("claim lease", consumer, id, err)
-	}
-	var remainingMS int64
-	err = db.QueryRowContext(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS, &c.produced)
-	if err != nil {
-		return c, s.wrap("read lease", consumer, id, err)
-	}
-	c.remaining = time.Duration(remainingMS) * time.Millisecond
-	return c, nil
+	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+		c = leaseClaim{}
+		var takeover sql.NullBool
+		err := tx.QueryRowContext(ctx, s.leaseClaimSQL, consumer, id, token, lease.Milliseconds()).Scan(&c.attempt, &c.lastError, &takeover)
+		if err == nil {
+			c.claimed, c.takeover = true, takeover.Bool
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return s.wrap("claim lease", consumer, id, err)
+		}
+		var remainingMS int64
+		err = tx.QueryRowContext(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS, &c.produced)
+		if err != nil {
+			return s.wrap("read lease", consumer, id, err)
+		}
+		c.remaining = time.Duration(remainingMS) * time.Millisecond
+		return nil
+	})
+	return c, err
 }
 
-// fenced runs one of the lease's compare-and-set writes and returns ErrLeaseLost when it matched no row.
-func (s *store) fenced(ctx context.Context, db querier, query, op, consumer, id, token string, arg any) error {
-	var one int
-	err := db.QueryRowContext(ctx, query, consumer, id, token, arg).Scan(&one)
+// fenced runs one of the lease's compare-and-set writes in a short transaction of its own, and returns an error
+// wrapping ErrLeaseLost only when the compare-and-set matched no row: the lease is no longer the holder's. Any
+// other failure is returned as what it is; the write did not happen, and the caller must not take it for a lost
+// lease.
+func (s *store) fenced(ctx context.Context, db *sql.DB, query, op, consumer, id, token string, arg any) error {
+	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+		var one int
+		return tx.QueryRowContext(ctx, query, consumer, id, token, arg).Scan(&one)
+	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, ErrLeaseLost)
+	case sqlState(err) == "42P01": // undefined_table
+		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
 	case err != nil:
-		return s.wrap(op, consumer, id, err)
+		// Not wrap: the row exists, so a value the database refuses here is no fault of the event ID.
+		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)
 	}
 	return nil
 }

@@ -11,32 +11,55 @@ import "strings"
 type opsStore struct {
 	table string
 
-	cleanupStartSQL   string
+	lockTakeSQL       string
+	lockExtendSQL     string
+	lockReleaseSQL    string
 	consumersSQL      string
 	cleanupBatchSQL   string
-	cleanupUnlockSQL  string
 	abandonedSQL      string
 	memorySQL         string
 	statsConsumersSQL string
 	statsSizesSQL     string
 	forgetSQL         string
 	forgetLeftoverSQL string
-
-	lockKey int64 // the cleanup's advisory lock, one per table
 }
+
+// cleanupLockName is the cleanup's row in the locks table: one cleanup of the table at a time.
+const cleanupLockName = "cleanup"
 
 func newOpsStore(table string) *opsStore {
 	q := func(s string) string { return strings.ReplaceAll(s, "{table}", table) }
 	return &opsStore{
-		table:   table,
-		lockKey: cleanupLockKey(table),
+		table: table,
 
-		// A session-level try-lock, not the transaction-scoped one Migrate uses: the cleanup must not hold one
-		// transaction open across its batches (that would keep every deleted row's lock and pin the xmin horizon
-		// for the whole round), and an instance that finds the lock taken skips the round instead of queueing
-		// behind it. The lock dies with the connection, so a crashed cleaner cannot leave it held. The cutoff is
-		// taken once, from the database clock that wrote processed_at, so every batch of the round agrees on it.
-		cleanupStartSQL: `SELECT pg_try_advisory_lock($1), now() - $2 * interval '1 microsecond'`,
+		// The cleanup's lock is a row of "{table}_locks" (migrations/006_locks.up.sql), held for a time by the
+		// database clock, not a lock of a session or a transaction: the cleanup must not hold one transaction
+		// open across its batches (that would keep every deleted row's lock and pin the xmin horizon for the
+		// whole round), and a session lock taken through a transaction-pooling proxy is taken on one server
+		// connection and released on another. The row is taken when it is missing, or when its holder's time
+		// ran out, so a crashed cleaner holds it no longer than that; a live holder's row is left alone, and the
+		// instance that finds it skips the round instead of queueing behind it. Two takers at once are
+		// serialized by the primary key: the second rechecks held_until on the first's row and takes nothing.
+		// The cutoff comes along, from the database clock that wrote processed_at, so every batch of the round
+		// agrees on it.
+		lockTakeSQL: q(`WITH taken AS (
+				INSERT INTO {table}_locks AS l (name, holder, held_until)
+				VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+				ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, held_until = excluded.held_until
+				WHERE l.held_until <= now()
+				RETURNING 1
+			)
+			SELECT EXISTS (SELECT 1 FROM taken), now() - $4 * interval '1 microsecond'`),
+
+		// Runs in each batch's transaction, before its DELETE: a compare-and-set on the holder, so a cleaner
+		// whose time ran out (a pause longer than its hold, a stalled process) learns that it lost the lock
+		// before it deletes anything, and the row lock it takes keeps a taker waiting until the batch commits.
+		lockExtendSQL: q(`UPDATE {table}_locks SET held_until = now() + $3 * interval '1 millisecond'
+			WHERE name = $1 AND holder = $2
+			RETURNING 1`),
+
+		// Only the holder frees the lock; one whose time ran out finds another holder's row and leaves it.
+		lockReleaseSQL: q(`DELETE FROM {table}_locks WHERE name = $1 AND holder = $2`),
 
 		// The distinct consumers, one primary-key probe each (a "loose index scan"): PostgreSQL 15 has no skip
 		// scan, and SELECT DISTINCT would read every row. Consumers are few; rows are many.
@@ -71,8 +94,6 @@ func newOpsStore(table string) *opsStore {
 			)
 			SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM deleted),
 				coalesce((SELECT max(processed_at) FROM picked), $2)`),
-
-		cleanupUnlockSQL: `SELECT pg_advisory_unlock($1)`,
 
 		// 'processing' rows whose lease ran out before the cutoff: a holder died and no copy came to take over
 		// within the retention window. The cleanup leaves them and reports them. Served by "{table}_processing",

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -62,12 +64,13 @@ func (l *Lease) PreviousError() string { return l.lastError }
 
 // IdempotencyKey returns the key to hand the provider: the same on every attempt and every copy of the message,
 // and different for every consumer, so two handlers of one event do not suppress each other's calls. It is the
-// consumer name and the event ID joined by a colon.
-func (l *Lease) IdempotencyKey() string { return l.consumer + ":" + l.id }
+// package-level IdempotencyKey of the lease's consumer and event ID.
+func (l *Lease) IdempotencyKey() string { return IdempotencyKey(l.consumer, l.id) }
 
 // StepKey returns a key for one of several calls a handler makes, such as "charge" and "receipt": stable like
 // IdempotencyKey, and different per step, so the provider does not answer the second call with the first's result.
-func (l *Lease) StepKey(step string) string { return l.IdempotencyKey() + ":" + step }
+// It is the package-level StepKey of the lease's consumer and event ID and step.
+func (l *Lease) StepKey(step string) string { return StepKey(l.consumer, l.id, step) }
 
 // Extend moves the end of the lease to d from now, by the database clock, for a call that takes longer than the
 // lease. It returns an error wrapping ErrLeaseLost when the lease was already taken over: the handler should then
@@ -122,14 +125,12 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 		if l.attempt >= i.cfg.maxAttempts {
 			return nil, i.exhausted(msg, l, err.Error())
 		}
-		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", err.Error())
-		return nil, err
+		return nil, errors.Join(err, i.release(msg, l, err.Error()))
 	}
 	stampProduced(produced, consumer, id, i.cfg.idKey)
 	raw, err := encodeProduced(consumer, id, produced)
 	if err != nil {
-		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", err.Error())
-		return nil, err
+		return nil, errors.Join(err, i.release(msg, l, err.Error()))
 	}
 	if err := i.leaseWrite(msg, l, i.store.leaseCompleteSQL, "complete lease", raw); err != nil {
 		return nil, err // the next copy finds the row as it is now: a new holder's, or ours to take over
@@ -145,7 +146,7 @@ func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc)
 	defer msg.SetContext(ctx)
 	defer func() {
 		if r := recover(); r != nil {
-			i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", fmt.Sprintf("panic: %v", r))
+			_ = i.release(msg, l, fmt.Sprintf("panic: %v", r)) // logged; the panic goes on up
 			panic(r)
 		}
 	}()
@@ -160,31 +161,61 @@ func (i *Inbox) exhausted(msg *message.Message, l *Lease, lastError string) erro
 	cause := fmt.Errorf("%w: %d of %d, last error: %s", ErrAttemptsExhausted, l.attempt, i.cfg.maxAttempts, lastError)
 	fields := logFields(msg, l.consumer, l.id)
 	if i.cfg.dlqPublisher == nil {
-		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", lastError)
+		relErr := i.release(msg, l, lastError)
 		i.cfg.logger.Error("Inbox gave up on message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
-		return sleepThen(ctx, i.cfg.rejectDelay, cause)
+		return sleepThen(ctx, i.cfg.rejectDelay, errors.Join(cause, relErr))
 	}
 	if err := i.deadLetter(msg, cause, map[string]string{AttemptsKey: strconv.Itoa(l.attempt)}); err != nil {
-		i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", lastError)
+		relErr := i.release(msg, l, lastError)
 		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
-		return sleepThen(ctx, i.cfg.rejectDelay, err)
+		return sleepThen(ctx, i.cfg.rejectDelay, errors.Join(err, relErr))
 	}
 	i.cfg.observer.DeadLettered(l.consumer, reasonLabel(cause))
 	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
-	// A failure here leaves the row to the next copy, which takes it over and dead-letters it again: a duplicate
-	// dead letter, never a lost message.
-	_ = i.leaseWrite(msg, l, i.store.leaseFailSQL, "mark failed", lastError)
-	return nil
+	// A failure here leaves the row 'processing'. Returning it nacks the message, so a copy comes back, takes the
+	// row over once the lease has run out and dead-letters it again: a duplicate dead letter, never a lost message.
+	return i.leaseWrite(msg, l, i.store.leaseFailSQL, "mark failed", storedError(lastError))
 }
 
-// leaseWrite runs one of the holder's fenced writes, outliving a cancelled message context, and logs a lost lease.
+// release hands the lease back after a failed attempt, recording why, so that the next copy may claim at once.
+func (i *Inbox) release(msg *message.Message, l *Lease, reason string) error {
+	return i.leaseWrite(msg, l, i.store.leaseReleaseSQL, "release lease", storedError(reason))
+}
+
+// leaseWrite runs one of the holder's fenced writes, outliving a cancelled message context, and logs a failure as
+// what it is: a lease taken over by another consumer, or a write that failed.
 func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, query, op string, arg any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), leaseWriteTimeout)
 	defer cancel()
 	err := i.store.fenced(ctx, i.db, query, op, l.consumer, l.id, l.token, arg)
-	if err != nil {
-		i.cfg.logger.Error("Inbox lease write failed; another consumer may have taken the lease over", err,
-			logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt}))
+	fields := logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt, "write": op})
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		i.cfg.logger.Error("Inbox lease write failed: the lease ran out and another consumer took it over", err, fields)
+	case err != nil:
+		i.cfg.logger.Error("Inbox lease write failed; the row keeps its state, and its lease runs out as it would "+
+			"after a crash", err, fields)
 	}
 	return err
+}
+
+// MaxStoredErrorBytes is the most bytes of an attempt's error that lease mode stores with the message (the text
+// Lease.PreviousError returns and the CLI's stats show). A longer error is cut at a character boundary and ends in
+// "…". Before it is stored, bytes that are not valid UTF-8 and NUL bytes, which PostgreSQL's text type refuses,
+// each become U+FFFD: an error text cut in the middle of a character by a provider must not keep the lease from
+// being released.
+const MaxStoredErrorBytes = 2048
+
+// storedError returns text as lease mode stores it: valid UTF-8 without NUL, at most MaxStoredErrorBytes long.
+func storedError(text string) string {
+	text = strings.ReplaceAll(strings.ToValidUTF8(text, "\uFFFD"), "\x00", "\uFFFD")
+	if len(text) <= MaxStoredErrorBytes {
+		return text
+	}
+	const ellipsis = "…"
+	cut := MaxStoredErrorBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut] + ellipsis
 }

@@ -3,10 +3,12 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
@@ -237,7 +239,7 @@ func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {
 	_, err = h(newMsg("evt-1")) // another copy, another UUID
 	require.NoError(t, err)
 
-	require.Equal(t, []string{"wallet-credits:evt-1", "wallet-credits:evt-1"}, keys)
+	require.Equal(t, []string{inbox.IdempotencyKey("wallet-credits", "evt-1"), inbox.IdempotencyKey("wallet-credits", "evt-1")}, keys)
 	require.Equal(t, charges[0], charges[1])
 	require.Equal(t, receipts[0], receipts[1])
 	require.NotEqual(t, charges[0], receipts[0], "each step has its own key")
@@ -245,7 +247,8 @@ func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {
 	other, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("audit"), inbox.WithLease(time.Minute))
 	require.NoError(t, err)
 	_, err = other.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		require.Equal(t, "audit:evt-1", leaseOf(t, msg).IdempotencyKey(), "another consumer of the event has its own key")
+		require.Equal(t, inbox.IdempotencyKey("audit", "evt-1"), leaseOf(t, msg).IdempotencyKey(), "another consumer of the event has its own key")
+		require.NotEqual(t, keys[0], leaseOf(t, msg).IdempotencyKey())
 		return nil, nil
 	})(newMsg("evt-1"))
 	require.NoError(t, err)
@@ -305,6 +308,62 @@ func TestLease_HandlerErrors(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"", "card declined: try again"}, previous)
 		require.Equal(t, 2, b.leaseRow(t, "evt-1").attempts)
+	})
+
+	t.Run("AnErrorTextPostgreSQLRefusesStillReleasesTheLease", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour))
+		var previous []string
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			previous = append(previous, leaseOf(t, msg).PreviousError())
+			if calls.Add(1) == 1 {
+				return nil, errors.New("cut \xe2\x82 text\x00") // a provider's message cut mid-character, and a NUL
+			}
+			return nil, nil
+		})
+		_, err := h(newMsg("evt-1"))
+		require.ErrorContains(t, err, "cut")
+		require.NotErrorIs(t, err, inbox.ErrInvalidEventID)
+		row := b.leaseRow(t, "evt-1")
+		require.Equal(t, "released", row.state)
+		require.Equal(t, "cut \uFFFD text\uFFFD", row.lastError, "what the database cannot hold is replaced, the rest kept")
+
+		_, err = h(newMsg("evt-1")) // claimed at once, no waiting for the hour-long lease
+		require.NoError(t, err)
+		require.Equal(t, []string{"", "cut \uFFFD text\uFFFD"}, previous)
+		require.Empty(t, b.logs.find("lease write failed"))
+	})
+
+	t.Run("ALongErrorIsStoredCutAtACharacterBoundary", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour))
+		long := strings.Repeat("é", inbox.MaxStoredErrorBytes) // two bytes each
+		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			return nil, errors.New(long)
+		})(newMsg("evt-1"))
+		require.ErrorContains(t, err, long, "the caller still gets the whole error")
+		stored := b.leaseRow(t, "evt-1").lastError
+		require.LessOrEqual(t, len(stored), inbox.MaxStoredErrorBytes)
+		require.Greater(t, len(stored), inbox.MaxStoredErrorBytes-8)
+		require.True(t, utf8.ValidString(stored))
+		require.True(t, strings.HasSuffix(stored, "…"))
+		require.True(t, strings.HasPrefix(long, strings.TrimSuffix(stored, "…")))
+	})
+
+	t.Run("AFailedReleaseIsReturnedAndLogged", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour))
+		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			// An operator forces the row away while the handler runs, so the release finds nothing to release.
+			_, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1", Force: true},
+				inbox.WithTable(b.table))
+			require.NoError(t, err)
+			return nil, errors.New("card declined")
+		})(newMsg("evt-1"))
+		require.ErrorContains(t, err, "card declined")
+		require.ErrorIs(t, err, inbox.ErrLeaseLost, "the failed release is part of the error, not dropped")
+		require.Len(t, b.logs.find("lease write failed"), 1)
 	})
 
 	t.Run("APanicReleasesTheLeaseToo", func(t *testing.T) {
@@ -449,4 +508,26 @@ func TestLease_ATransactionModeCopyWaitsForALeaseModeHolderOfTheSameTable(t *tes
 	_, err = h(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Zero(t, calls.Load(), "once done, it is")
+}
+
+func TestLease_KeysOfDifferentMessagesNeverCollide(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	keyOf := func(consumer, id, step string) string {
+		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer(consumer), inbox.WithLease(time.Minute))
+		require.NoError(t, err)
+		var key string
+		_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if key = leaseOf(t, msg).IdempotencyKey(); step != "" {
+				key = leaseOf(t, msg).StepKey(step)
+			}
+			return nil, nil
+		})(newMsg(id))
+		require.NoError(t, err)
+		return key
+	}
+	require.NotEqual(t, keyOf("payments", "eu:42", ""), keyOf("payments:eu", "42", ""),
+		"a separator inside a consumer name or an event ID cannot make two messages share a key")
+	require.NotEqual(t, keyOf("payments", "eu:43:charge", ""), keyOf("payments", "eu:43", "charge"),
+		"nor one event's step key equal another event's key")
 }

@@ -53,22 +53,26 @@ func Remembers(ctx context.Context, db *sql.DB, opts ...Option) ([]ConsumerMemor
 }
 
 func (s *opsStore) remembers(ctx context.Context, db *sql.DB) ([]ConsumerMemory, error) {
-	rows, err := db.QueryContext(ctx, s.memorySQL)
-	if err != nil {
-		return nil, s.wrap("read oldest rows", err)
-	}
-	defer rows.Close()
 	var out []ConsumerMemory
-	for rows.Next() {
-		var m ConsumerMemory
-		var now time.Time
-		if err := rows.Scan(&m.Consumer, &m.Oldest, &now); err != nil {
-			return nil, s.wrap("read oldest rows", err)
+	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, s.memorySQL)
+		if err != nil {
+			return err
 		}
-		m.Age = now.Sub(m.Oldest)
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var m ConsumerMemory
+			var now time.Time
+			if err := rows.Scan(&m.Consumer, &m.Oldest, &now); err != nil {
+				return err
+			}
+			m.Age = now.Sub(m.Oldest)
+			out = append(out, m)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, s.wrap("read oldest rows", err)
 	}
 	return out, nil

@@ -56,31 +56,35 @@ func ReadStats(ctx context.Context, db *sql.DB, opts ...Option) (Stats, error) {
 	s := newOpsStore(c.table)
 	st := Stats{Table: c.table}
 	var exists bool
-	err = db.QueryRowContext(ctx, s.statsSizesSQL, c.table).Scan(&st.Now, &exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+		st = Stats{Table: c.table}
+		err := tx.QueryRowContext(ctx, s.statsSizesSQL, c.table).Scan(&st.Now, &exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+		if err != nil || !exists {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, s.statsConsumersSQL)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var cs ConsumerStats
+			var oldest sql.NullTime
+			if err := rows.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest); err != nil {
+				return err
+			}
+			if oldest.Valid {
+				cs.Oldest, cs.Age = oldest.Time, st.Now.Sub(oldest.Time)
+			}
+			st.Consumers = append(st.Consumers, cs)
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return st, s.wrap("read the size of", err)
+		return st, s.wrap("read stats of", err)
 	}
 	if !exists {
 		return st, fmt.Errorf("inbox: read stats of %s: %w", c.table, ErrSchemaMissing)
-	}
-	rows, err := db.QueryContext(ctx, s.statsConsumersSQL)
-	if err != nil {
-		return st, s.wrap("count rows of", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var cs ConsumerStats
-		var oldest sql.NullTime
-		if err := rows.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest); err != nil {
-			return st, s.wrap("count rows of", err)
-		}
-		if oldest.Valid {
-			cs.Oldest, cs.Age = oldest.Time, st.Now.Sub(oldest.Time)
-		}
-		st.Consumers = append(st.Consumers, cs)
-	}
-	if err := rows.Err(); err != nil {
-		return st, s.wrap("count rows of", err)
 	}
 	return st, nil
 }

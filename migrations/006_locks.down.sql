@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS "watermill_inbox_locks";

@@ -1,0 +1,94 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+const (
+	// shortTxTries bounds how often one of the inbox's own short transactions is run when PostgreSQL aborts it for
+	// a serialization failure or a deadlock. Such an abort rolled everything back, so running it again is safe; a
+	// few tries ride out a burst of contention without turning a persistent conflict into a long stall.
+	shortTxTries = 5
+	// shortTxBackoff is the wait before the second try; it doubles with each try after, and each wait is jittered
+	// so that transactions that collided once do not collide again in step.
+	shortTxBackoff = 5 * time.Millisecond
+)
+
+// shortTxOptions pins the inbox's own transactions to READ COMMITTED whatever the database's or the connection's
+// default_transaction_isolation says. Every statement they run is a single compare-and-set or read written for
+// READ COMMITTED: a statement sees what committed before it started, and an ON CONFLICT or UPDATE that meets a row
+// changed since rechecks its condition on the newest version. Under REPEATABLE READ or SERIALIZABLE the same
+// statement fails with a serialization error instead whenever another holder changed the row, which lease mode's
+// racing copies do all the time.
+var shortTxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+// inShortTx runs fn in a short transaction of its own and commits it, running it again (up to shortTxTries times
+// in all) when PostgreSQL aborted it for a serialization failure or a deadlock.
+//
+// Each statement the inbox runs outside a caller's transaction goes through here, not through the pool's
+// autocommit. A transaction-pooling proxy such as pgbouncer hands a client's statements to whichever server
+// connection is free once the previous one finished; drivers that send a statement in two steps (lib/pq prepares
+// an unnamed statement, then binds it, with a sync between) would have the second step land on another server
+// connection than the first. Inside a transaction every step stays on one server connection.
+func inShortTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	return retryConflicts(ctx, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, db, fn) })
+}
+
+func runShortTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, shortTxOptions)
+	if err != nil {
+		return poolerHint(fmt.Errorf("begin: %w", err))
+	}
+	if err := fn(tx); err != nil {
+		return poolerHint(errors.Join(err, rollbackErr(tx.Rollback())))
+	}
+	if err := tx.Commit(); err != nil {
+		return poolerHint(fmt.Errorf("commit: %w", err))
+	}
+	return nil
+}
+
+// retryConflicts calls try until it succeeds, fails with an error other than a serialization failure (40001) or a
+// deadlock (40P01), or has been called tries times. Between calls it waits a jittered, doubling backoff, and stops
+// early when ctx ends.
+func retryConflicts(ctx context.Context, tries int, backoff time.Duration, try func() error) error {
+	for n := 1; ; n++ {
+		err := try()
+		if err == nil || !isConflict(err) {
+			return err
+		}
+		if n == tries {
+			return fmt.Errorf("%w (still conflicting after %d tries)", err, n)
+		}
+		wait := backoff << (n - 1)
+		wait = wait/2 + rand.N(wait/2+1) // between half and all of the doubled wait
+		if serr := sleep(ctx, wait); serr != nil {
+			return errors.Join(err, serr)
+		}
+	}
+}
+
+// isConflict reports whether PostgreSQL aborted a transaction because of a concurrent one: a serialization
+// failure or a deadlock. Both roll the whole transaction back, so it can run again.
+func isConflict(err error) bool {
+	switch sqlState(err) {
+	case "40001", "40P01": // serialization_failure, deadlock_detected
+		return true
+	}
+	return false
+}
+
+// poolerHint adds what to do to the error a driver reports when a statement it prepared on one server connection
+// is used on another, which is what a transaction-pooling proxy does to a driver that caches prepared statements.
+func poolerHint(err error) error {
+	if sqlState(err) != "26000" { // invalid_sql_statement_name
+		return err
+	}
+	return fmt.Errorf("%w (behind a transaction-pooling proxy such as pgbouncer, the driver must not reuse prepared "+
+		"statements across transactions: with pgx, add statement_cache_mode=describe to the connection string)", err)
+}
