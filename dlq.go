@@ -74,6 +74,8 @@ func reasonLabel(err error) string {
 		return "attempts_exhausted"
 	case errors.Is(err, ErrNoConsumer):
 		return "no_consumer"
+	case errors.Is(err, ErrProducedUnstorable):
+		return "unstorable_produced"
 	}
 	return "other"
 }

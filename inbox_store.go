@@ -174,15 +174,14 @@ func (s *store) produced(ctx context.Context, q querier, consumer, id string) (s
 	return state, msgs, err
 }
 
-// committed reads what produced does, in a short read-only transaction of its own on db: outside the snapshot of
-// a caller's REPEATABLE READ transaction, and pinned to one connection behind a transaction-pooling proxy.
+// committed reads what produced does, in a short transaction of its own on db: outside the snapshot of a caller's
+// REPEATABLE READ transaction.
 func (s *store) committed(ctx context.Context, db *sql.DB, consumer, id string) (state string, msgs []*message.Message, err error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return "", nil, s.wrap("read committed row", consumer, id, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only: nothing to keep
-	return s.produced(ctx, tx, consumer, id)
+	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+		state, msgs, err = s.produced(ctx, tx, consumer, id)
+		return err
+	})
+	return state, msgs, err
 }
 
 // saveProduced stores the produced column raw (from encodeProduced) for the row claimed in tx. In a transaction
@@ -310,6 +309,8 @@ func (s *store) fenced(ctx context.Context, db *sql.DB, query, op, consumer, id,
 		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, ErrLeaseLost)
 	case sqlState(err) == "42P01": // undefined_table
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
+	case err != nil && query == s.leaseCompleteSQL:
+		return s.wrapProduced(op, consumer, id, err) // the produced messages are the one value it adds
 	case err != nil:
 		// Not wrap: the row exists, so a value the database refuses here is no fault of the event ID.
 		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)

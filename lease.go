@@ -129,10 +129,15 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	}
 	stampProduced(produced, consumer, id, i.cfg.idKey)
 	raw, err := encodeProduced(consumer, id, produced)
-	if err != nil {
-		return nil, errors.Join(err, i.release(msg, l, err.Error()))
+	if err == nil {
+		err = i.leaseWrite(msg, l, i.store.leaseCompleteSQL, "complete lease", raw)
 	}
-	if err := i.leaseWrite(msg, l, i.store.leaseCompleteSQL, "complete lease", raw); err != nil {
+	if errors.Is(err, ErrProducedUnstorable) {
+		// The effect happened, and running the handler again would meet the same refusal: park the message with
+		// the reason, so an operator sees what the handler produced could not be kept.
+		return nil, i.giveUp(msg, l, err, err.Error(), nil)
+	}
+	if err != nil {
 		return nil, err // the next copy finds the row as it is now: a new holder's, or ours to take over
 	}
 	return produced, nil
@@ -153,19 +158,25 @@ func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc)
 	return h(msg)
 }
 
-// exhausted ends a message whose attempts are used up: dead-lettered with its attempts and last error, then its
-// row marked 'failed' so later copies are acked without running. Without a dead-letter publisher, or when that
-// publish fails, the lease is released and the message nacked after the reject delay: kept, never dropped.
+// exhausted ends a message whose attempts are used up, with its attempts and last error (see giveUp).
 func (i *Inbox) exhausted(msg *message.Message, l *Lease, lastError string) error {
-	ctx := msg.Context()
 	cause := fmt.Errorf("%w: %d of %d, last error: %s", ErrAttemptsExhausted, l.attempt, i.cfg.maxAttempts, lastError)
+	return i.giveUp(msg, l, cause, lastError, map[string]string{AttemptsKey: strconv.Itoa(l.attempt)})
+}
+
+// giveUp ends a message that lease mode will not run again: dead-lettered with cause and extra metadata, then its
+// row marked 'failed' with lastError so later copies are acked without running. Without a dead-letter publisher,
+// or when that publish fails, the lease is released and the message nacked after the reject delay: kept, never
+// dropped.
+func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError string, extra map[string]string) error {
+	ctx := msg.Context()
 	fields := logFields(msg, l.consumer, l.id)
 	if i.cfg.dlqPublisher == nil {
 		relErr := i.release(msg, l, lastError)
 		i.cfg.logger.Error("Inbox gave up on message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
 		return sleepThen(ctx, i.cfg.rejectDelay, errors.Join(cause, relErr))
 	}
-	if err := i.deadLetter(msg, cause, map[string]string{AttemptsKey: strconv.Itoa(l.attempt)}); err != nil {
+	if err := i.deadLetter(msg, cause, extra); err != nil {
 		relErr := i.release(msg, l, lastError)
 		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
 		return sleepThen(ctx, i.cfg.rejectDelay, errors.Join(err, relErr))

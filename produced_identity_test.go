@@ -166,3 +166,25 @@ func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop
 	require.Len(t, dead, 1)
 	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "produced")
 }
+
+func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	dlq := &recordingPublisher{}
+	ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithDeadLetter(dlq, "payments.dlq"))
+	_, err := b.db.Exec(`ALTER TABLE ` + b.table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(strings.Repeat("x", 500)))}, nil
+	})
+	for range 3 {
+		_, err = h(newMsg("pay-1"))
+		require.NoError(t, err, "dead-lettered, then acked; later copies are acked without running")
+	}
+	require.EqualValues(t, 1, calls.Load(), "the provider is called once, not once per copy")
+	require.Equal(t, "failed", b.stateOf(t, "wallet-credits", "pay-1"))
+	dead := dlq.messages("payments.dlq")
+	require.Len(t, dead, 1)
+	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "produced")
+}
