@@ -218,7 +218,7 @@ type storedMessage struct {
 }
 
 // wrap adds the operation and the row to a driver error, and translates the errors callers branch on: "no such
-// table" into ErrSchemaMissing; and, in the claims,
+// table" into ErrSchemaMissing, after which every Inbox over the table checks its schema again; and, in the claims,
 // an ID the column cannot hold into ErrInvalidEventID, which the middleware dead-letters instead of nacking it
 // forever. Only a claim may blame the ID: it is the first statement to send it, and the consumer name, the one other
 // input, was checked before. Any later statement sends an ID the claim accepted, so its refusal is something else.
@@ -226,6 +226,7 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 	code := sqlState(err)
 	switch {
 	case code == "42P01": // undefined_table
+		noteSchemaLost(s.table)
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
 	case (op == "claim" || op == "claim lease") &&
 		// invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)

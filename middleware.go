@@ -25,6 +25,9 @@ import (
 func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
+		if err := i.ready(msg); err != nil { // schema and consumer name usable? if not, nacked after a delay
+			return nil, err
+		}
 		consumer, id, err := i.identify(msg)
 		if err != nil {
 			return nil, i.reject(msg, consumer, err)

@@ -3,11 +3,15 @@ package inbox_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -69,6 +73,50 @@ func TestOptions_TheLongestConsumerAndTheLongestIDFitTheIndexTogether(t *testing
 			})(newMsg(incompressible(t, 2000)))
 			require.NoError(t, err)
 			require.Equal(t, 1, b.rows(t, consumer))
+		})
+	}
+}
+
+func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	for name, handler := range map[string]string{
+		"ANULByte":     "wallet\x00credits",
+		"PastTheLimit": strings.Repeat("h", 3000),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			dlq := &recordingPublisher{}
+			pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = pubsub.Close() })
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			results := make(chan error, 100)
+			router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc { // sees what the router acks or nacks
+				return func(msg *message.Message) ([]*message.Message, error) {
+					out, err := h(msg)
+					results <- err
+					return out, err
+				}
+			})
+			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs),
+				inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(20*time.Millisecond)))
+			var calls atomic.Int64
+			router.AddNoPublisherHandler(handler, "deposits", pubsub, noPublish(b.credit(100, &calls)))
+			runRouter(t, router)
+			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
+
+			for range 2 { // the first delivery and a redelivery
+				select {
+				case err := <-results:
+					require.ErrorIs(t, err, inbox.ErrInvalidOption, "a nack: the configuration is wrong")
+					require.False(t, errors.Is(err, inbox.ErrInvalidEventID), "the event ID is not to blame")
+				case <-time.After(10 * time.Second):
+					t.Fatal("the message was not delivered")
+				}
+			}
+			require.Zero(t, calls.Load())
+			require.Empty(t, dlq.messages("dlq"), "the message is fine, and is kept")
 		})
 	}
 }
