@@ -117,7 +117,7 @@ func (r schemaReport) incomplete() bool { return len(r.absent) > 0 && len(r.wron
 func (r schemaReport) err(table string) error {
 	switch {
 	case r.missing:
-		return fmt.Errorf("%w: table %s (run inbox.Migrate, or leave WithAutoMigrate on)", ErrSchemaMissing, table)
+		return fmt.Errorf("%w: table %s, and WithAutoMigrate is off", ErrSchemaMissing, table)
 	case len(r.absent) > 0 || len(r.wrong) > 0:
 		return fmt.Errorf("%w: %s", ErrSchemaDrift, strings.Join(append(append([]string(nil), r.wrong...), r.absent...), "; "))
 	}

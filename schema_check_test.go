@@ -148,6 +148,23 @@ func TestMiddleware_Schema(t *testing.T) {
 		}
 	})
 
+	t.Run("AddsWhatANewerVersionAddsToATableAppliedByHand", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createByHand(t, db, table, func(version int, up string) string {
+			if version == 4 {
+				return "SELECT 1" // as if this version's file had not been shipped yet
+			}
+			return up
+		})
+		_, err := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(noop)(newMsg("evt-1"))
+		require.NoError(t, err)
+		var indexed bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table+"_processing").Scan(&indexed))
+		require.True(t, indexed)
+	})
+
 	t.Run("RefusesADriftedTableAndSaysWhatDiffers", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
