@@ -13,14 +13,19 @@ var ErrMissingEventID = errors.New("inbox: message has no event ID")
 var ErrInvalidEventID = errors.New("inbox: invalid event ID")
 
 // ErrInvalidOption reports an option that cannot work. It is returned by New and Migrate, and Middleware panics
-// with it, always at construction and never per message.
+// with it, at construction. Two mistakes only show per message, and the middleware then nacks the message after
+// the reject delay with an error wrapping ErrInvalidOption (the message is fine, so it is never dead-lettered): a
+// handler name that cannot be a consumer name (see WithConsumer), and a WithIDType that the existing table
+// contradicts.
 var ErrInvalidOption = errors.New("inbox: invalid option")
 
 // ErrNoConsumer reports a message handled without a consumer name: the middleware runs outside a Watermill router
 // (which names every handler) and WithConsumer was not given.
 var ErrNoConsumer = errors.New("inbox: no consumer name: set WithConsumer or run the middleware inside a router")
 
-// ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in migrations/.
+// ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in migrations/. The
+// middleware creates the table itself unless WithAutoMigrate(false) is given; then it nacks each message after the
+// reject delay until the table exists.
 var ErrSchemaMissing = errors.New("inbox: inbox table does not exist (run inbox.Migrate)")
 
 // ErrLeaseHeld reports, in lease mode, a message whose lease another consumer holds: it may still succeed, or die
@@ -39,3 +44,9 @@ var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
 // like one without a usable event ID: its effect is rolled back and it is dead-lettered with the reason, or nacked
 // after the reject delay.
 var ErrProducedUnstorable = errors.New("inbox: produced messages cannot be stored")
+
+// ErrSchemaDrift reports inbox tables that exist but not in the shape the inbox needs: a column of another type, a
+// missing index, a disabled trigger, an inbox table dropped while its migrations table still records it. The error
+// names each difference. Migrate returns it, checking what it leaves behind, and changes nothing; the middleware
+// returns it, nacking each message after the reject delay and never dead-lettering it, until the schema is mended.
+var ErrSchemaDrift = errors.New("inbox: schema differs from what the inbox needs")

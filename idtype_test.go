@@ -2,11 +2,13 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -88,7 +90,75 @@ func TestIDTypeUUID(t *testing.T) {
 				require.NoError(t, err, "dead-lettered and acked, not nacked forever")
 				require.Zero(t, calls.Load())
 				require.Len(t, dlq.messages("dlq"), 1)
-				require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(inbox.ReasonKey), "the database refused it")
+				require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(inbox.ReasonKey), `"evt-1" is not a UUID`,
+					"the inbox learned the column's type and refused the ID before sending it")
+			})
+		}
+	})
+
+	t.Run("WithoutTheOptionEveryLetterCaseOfAUUIDGetsTheSameIdempotencyKey", func(t *testing.T) {
+		t.Parallel()
+		b := uuidBundle(t)
+		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
+		require.NoError(t, err)
+		var keys, ids []string
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			l, ok := inbox.LeaseFromContext(msg.Context())
+			require.True(t, ok)
+			id, _ := inbox.EventIDFromContext(msg.Context())
+			keys, ids = append(keys, l.IdempotencyKey()), append(ids, id)
+			if len(keys) == 1 {
+				return nil, errors.New("provider timed out") // the first copy fails after the call went out
+			}
+			return nil, nil
+		})
+		_, err = h(newMsg("0193A6F2-7C1E-7D3A-9B2C-1F2E3D4C5B6A"))
+		require.Error(t, err)
+		_, err = h(newMsg("0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"))
+		require.NoError(t, err)
+		want := "payments:0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"
+		require.Equal(t, []string{want, want}, keys, "the provider sees one key, so it charges once")
+		require.Equal(t, []string{"0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a", "0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"}, ids)
+	})
+
+	t.Run("WithoutTheOptionTheHandlerSeesTheIDAsTheTableStoresIt", func(t *testing.T) {
+		t.Parallel()
+		b := uuidBundle(t)
+		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+		require.NoError(t, err)
+		var seen string
+		_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			seen, _ = inbox.EventIDFromContext(msg.Context())
+			return nil, nil
+		})(newMsg("{0193A6F2-7C1E-7D3A-9B2C-1F2E3D4C5B6A}"))
+		require.NoError(t, err)
+		var stored string
+		require.NoError(t, b.db.QueryRow(`SELECT message_id::text FROM `+b.table).Scan(&stored))
+		require.Equal(t, stored, seen)
+	})
+
+	t.Run("AnExplicitIDTypeThatDisagreesWithTheTableIsAConfigurationError", func(t *testing.T) {
+		t.Parallel()
+		uuids := uuidBundle(t)
+		texts := newBundle(t)
+		for name, tc := range map[string]struct {
+			b      *testBundle
+			idType inbox.IDType
+		}{"TextForAUUIDTable": {uuids, inbox.IDTypeText}, "UUIDForATextTable": {texts, inbox.IDTypeUUID}} {
+			t.Run(name, func(t *testing.T) {
+				dlq := &recordingPublisher{}
+				const delay = 50 * time.Millisecond
+				ib, err := inbox.New(tc.b.db, inbox.WithTable(tc.b.table), inbox.WithConsumer("wallet-credits"),
+					inbox.WithIDType(tc.idType), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
+				require.NoError(t, err, "New does not touch the database")
+				var calls atomic.Int64
+				start := time.Now()
+				_, err = ib.Middleware(tc.b.credit(100, &calls))(newMsg("0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"))
+				require.ErrorIs(t, err, inbox.ErrInvalidOption)
+				require.ErrorContains(t, err, "WithIDType")
+				require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
+				require.Zero(t, calls.Load())
+				require.Empty(t, dlq.messages("dlq"), "the message is fine; the configuration is not")
 			})
 		}
 	})

@@ -3,7 +3,6 @@ package inbox
 import (
 	"database/sql"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -14,13 +13,15 @@ import (
 // its Middleware on a router, or use the package-level Middleware. An Inbox is safe for concurrent use and holds
 // no goroutines, so it needs no closing.
 type Inbox struct {
-	db    *sql.DB
-	cfg   config
-	store *store
+	db        *sql.DB
+	cfg       config
+	store     *store
+	readiness readiness
 }
 
-// New checks the options and returns an Inbox over db. It does not touch the database: run Migrate (or apply the
-// files in migrations/) before the first message arrives.
+// New checks the options and returns an Inbox over db. It does not touch the database. Its first message checks
+// the schema, creates it when it is missing (unless WithAutoMigrate(false) is given), and learns the type of the
+// message_id column; a message that arrives while the schema cannot be used is nacked after the reject delay.
 func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidOption)
@@ -29,7 +30,7 @@ func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox{db: db, cfg: c, store: newStore(c.table)}, nil
+	return &Inbox{db: db, cfg: c, store: newStore(c.table), readiness: newReadiness(c.table)}, nil
 }
 
 // Middleware returns a router middleware that applies each message at most once per consumer, with its effect,
@@ -37,7 +38,9 @@ func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 //
 //	router.AddMiddleware(inbox.Middleware(db))
 //
-// It panics, once and at construction, if an option is invalid; use New to get the error instead.
+// On a fresh database that one line is enough: the first message creates the inbox's tables (see WithAutoMigrate).
+// It panics, once and at construction, with an error wrapping ErrInvalidOption if an option is invalid (nil, say);
+// use New to get the error instead.
 func Middleware(db *sql.DB, opts ...Option) message.HandlerMiddleware {
 	i, err := New(db, opts...)
 	if err != nil {
@@ -66,7 +69,9 @@ func (i *Inbox) identify(msg *message.Message) (consumer, id string, err error) 
 	if err := i.validateID(id); err != nil {
 		return consumer, id, err
 	}
-	if i.cfg.idType == IDTypeUUID {
+	// The type is the table's, learned before the first message, never only the option's: an ID spelled two ways
+	// that the uuid column stores as one must reach the handler, its keys and the logs as that one.
+	if i.storedIDType() == IDTypeUUID {
 		u, err := uuid.Parse(id)
 		if err != nil {
 			return consumer, id, fmt.Errorf("%w: %q is not a UUID, and the inbox stores UUIDs", ErrInvalidEventID, id)
@@ -79,18 +84,8 @@ func (i *Inbox) identify(msg *message.Message) (consumer, id string, err error) 
 // validateID rejects what PostgreSQL's text type cannot hold or an index should not: an ID stored differently from
 // the one sent would deduplicate nothing.
 func (i *Inbox) validateID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty", ErrInvalidEventID)
-	case len(id) > i.cfg.maxIDLength:
-		return fmt.Errorf("%w: %d bytes, over the limit of %d", ErrInvalidEventID, len(id), i.cfg.maxIDLength)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidEventID)
-	}
-	for j := 0; j < len(id); j++ {
-		if id[j] == 0 {
-			return fmt.Errorf("%w: contains a NUL byte at offset %d", ErrInvalidEventID, j)
-		}
+	if problem := textProblem(id, i.cfg.maxIDLength); problem != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidEventID, problem)
 	}
 	return nil
 }

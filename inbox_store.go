@@ -235,13 +235,19 @@ func (s *store) wrapProduced(op, consumer, id string, err error) error {
 }
 
 // wrap adds the operation and the row to a driver error, and translates the errors callers branch on: "no such
-// table" into ErrSchemaMissing, and an ID the column cannot hold into ErrInvalidEventID, which the middleware
-// dead-letters instead of nacking it forever.
+// table" into ErrSchemaMissing, after which every Inbox over the table checks its schema again; and, in the claims,
+// an ID the column cannot hold into ErrInvalidEventID, which the middleware dead-letters instead of nacking it
+// forever. Only a claim may blame the ID: it is the first statement to send it, and the consumer name, the one other
+// input, was checked before. Any later statement sends an ID the claim accepted, so its refusal is something else.
 func (s *store) wrap(op, consumer, id string, err error) error {
-	switch sqlState(err) {
-	case "42P01": // undefined_table
+	code := sqlState(err)
+	switch {
+	case code == "42P01": // undefined_table
+		noteSchemaLost(s.table)
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
-	case "22P02", "22021", "54000": // invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
+	case (op == "claim" || op == "claim lease") &&
+		// invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
+		(code == "22P02" || code == "22021" || code == "54000"):
 		return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 	}
 	return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)

@@ -93,7 +93,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 		return nil, i.reject(msg, consumer, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, i.settle(msg, consumer, err)
 	}
 	if !c.claimed {
 		switch c.state {

@@ -13,6 +13,8 @@ import (
 
 // Middleware wraps h so that each message is applied at most once per consumer. The path of one message:
 //
+//  0. Once, before the first message: check the inbox table (creating it unless WithAutoMigrate(false)) and learn
+//     the type of its IDs. A schema or configuration fault holds every message back for the reject delay.
 //  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay.
 //  2. Begin a transaction, or join the one watermill-sql's subscriber carries.
 //  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
@@ -27,6 +29,9 @@ import (
 func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
+		if err := i.ready(msg); err != nil { // schema and consumer name usable? if not, nacked after a delay
+			return nil, err
+		}
 		consumer, id, err := i.identify(msg)
 		if err != nil {
 			return nil, i.reject(msg, consumer, err)
@@ -119,11 +124,15 @@ type unusable struct{ error }
 func (u unusable) Unwrap() error { return u.error }
 
 // settle returns err for the router, once apply's transaction or savepoint is rolled back: an unusable message is
-// rejected (dead-lettered, or nacked after the reject delay); anything else goes on as it is.
+// rejected (dead-lettered, or nacked after the reject delay), a missing table holds the message back for the reject
+// delay; anything else goes on as it is.
 func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 	var u unusable
-	if errors.As(err, &u) {
+	switch {
+	case errors.As(err, &u):
 		return i.reject(msg, consumer, u.error)
+	case errors.Is(err, ErrSchemaMissing):
+		return i.holdBack(msg, err) // the table went away under us: no fault of the message's, and no hot loop
 	}
 	return err
 }

@@ -364,7 +364,8 @@ func TestMiddleware_ContextCancellation(t *testing.T) {
 func TestMiddleware_MissingSchemaIsReportedAsSuch(t *testing.T) {
 	t.Parallel()
 	db := openDB(t)
-	ib, err := inbox.New(db, inbox.WithTable(uniqueName("never_migrated")), inbox.WithConsumer("c"))
+	ib, err := inbox.New(db, inbox.WithTable(uniqueName("never_migrated")), inbox.WithConsumer("c"),
+		inbox.WithAutoMigrate(false), inbox.WithRejectDelay(time.Millisecond)) // by default it would create the table
 	require.NoError(t, err)
 	_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
 	require.ErrorIs(t, err, inbox.ErrSchemaMissing)

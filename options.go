@@ -3,7 +3,10 @@ package inbox
 import (
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -26,8 +29,16 @@ const (
 	DefaultMaxAttempts = 5
 
 	// DefaultRejectDelay is how long the middleware waits before nacking a message it cannot apply (no or invalid
-	// event ID) when no dead-letter publisher is configured, unless WithRejectDelay says otherwise.
+	// event ID) when no dead-letter publisher is configured, unless WithRejectDelay says otherwise. It is also the
+	// wait before a nack while the inbox cannot apply any message: its table missing or of another shape, or a
+	// handler name that cannot be a consumer name.
 	DefaultRejectDelay = 30 * time.Second
+
+	// MaxConsumerLength is the longest consumer name, in bytes, that the inbox accepts, from WithConsumer or from a
+	// handler's name. The consumer and the event ID share each primary key entry, and PostgreSQL refuses a B-tree
+	// entry over 2704 bytes: 512 bytes of consumer, 2000 of ID (the most WithMaxIDLength allows) and their headers
+	// stay under that even when neither compresses.
+	MaxConsumerLength = 512
 )
 
 // IDType is the column type the inbox stores event IDs in.
@@ -61,12 +72,23 @@ type config struct {
 	lease        time.Duration
 	maxAttempts  int
 	idType       IDType
+	autoMigrate  bool
+
+	// Whether the option was given, for the options whose zero value is also a choice.
+	consumerSet    bool
+	maxAttemptsSet bool
+	idTypeSet      bool
 }
 
 // WithConsumer scopes the inbox to a fixed consumer name. By default each message is scoped to the name of the
 // Watermill handler that runs it, so two handlers of one topic each apply a message once. Give a fixed name when
-// a handler is renamed but must keep its history, or when several handlers must share one history.
-func WithConsumer(name string) Option { return func(c *config) { c.consumer = name } }
+// a handler is renamed but must keep its history, or when several handlers must share one history. The name must
+// be valid UTF-8 of 1 to MaxConsumerLength (512) bytes, without NUL bytes. A handler's name used in its place is
+// checked the same way, per message: a message whose handler has no usable name is nacked after the reject delay
+// with an error wrapping ErrInvalidOption, and never dead-lettered.
+func WithConsumer(name string) Option {
+	return func(c *config) { c.consumer, c.consumerSet = name, true }
+}
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").
 func WithIDMetadataKey(key string) Option { return func(c *config) { c.idKey = key } }
@@ -105,9 +127,22 @@ func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.reject
 // the inbox then opens its own transaction on its own database.
 func WithSubscriberTx(join bool) Option { return func(c *config) { c.subscriberTx = join } }
 
-// WithIDType stores event IDs as t instead of IDTypeText. Give the same option to Migrate, which creates the
-// column with that type; it does not change the type of a table that exists.
-func WithIDType(t IDType) Option { return func(c *config) { c.idType = t } }
+// WithIDType creates the message_id column of a new inbox table as t instead of IDTypeText, in Migrate and when
+// the middleware creates the table itself (WithAutoMigrate). It does not change the type of a table that exists.
+// The middleware needs no such option: before its first message it reads the column's type from the table, and
+// stores each ID in that column's form (a UUID as lower-case canonical text, however it was spelled; an ID that is
+// not a UUID is refused like any invalid ID). Given to New or Middleware, t must match the existing table: a
+// mismatch is reported per message as an error wrapping ErrInvalidOption, and the message nacked after the reject
+// delay.
+func WithIDType(t IDType) Option { return func(c *config) { c.idType, c.idTypeSet = t, true } }
+
+// WithAutoMigrate decides whether the middleware creates or upgrades the inbox's tables itself (the default, true).
+// Before its first message it checks the schema; when the inbox table is missing, or lacks only what a newer version
+// of the inbox adds, it runs Migrate once with the same options, under Migrate's advisory lock, so that many
+// instances may start at once. Turn it off when migrations are applied by other means: a missing table is then an
+// error wrapping ErrSchemaMissing, and each message is nacked after the reject delay until the table exists, never
+// dead-lettered. Either way, tables of another shape are reported as ErrSchemaDrift and left as they are.
+func WithAutoMigrate(on bool) Option { return func(c *config) { c.autoMigrate = on } }
 
 // WithLease switches the middleware to lease mode, for side effects outside the database such as a payment call.
 // Instead of one transaction around the handler, a short transaction of its own records the message as
@@ -122,7 +157,9 @@ func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } 
 // WithMaxAttempts runs a lease-mode handler at most n times for one message instead of DefaultMaxAttempts (5),
 // then dead-letters it with its attempts and last error and marks the row 'failed', so later copies are acked
 // without running. n must be at least 1, and the option needs WithLease.
-func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n } }
+func WithMaxAttempts(n int) Option {
+	return func(c *config) { c.maxAttempts, c.maxAttemptsSet = n, true }
+}
 
 // WithObserver reports what the inbox does (claims, skipped duplicates, dead letters, lease takeovers, cleaned
 // rows) to o, for metrics, instead of to NopObserver.
@@ -141,14 +178,18 @@ func newConfig(opts []Option) (config, error) {
 		rejectDelay:  DefaultRejectDelay,
 		subscriberTx: true,
 		idType:       IDTypeText,
+		autoMigrate:  true,
 	}
-	for _, opt := range opts {
+	for n, opt := range opts {
+		if opt == nil {
+			return c, fmt.Errorf("%w: option %d of %d is nil", ErrInvalidOption, n+1, len(opts))
+		}
 		opt(&c)
 	}
 	if c.logger == nil {
 		c.logger = watermill.NopLogger{}
 	}
-	if c.maxAttempts == 0 && c.lease > 0 {
+	if !c.maxAttemptsSet && c.lease > 0 {
 		c.maxAttempts = DefaultMaxAttempts
 	}
 	if c.observer == nil {
@@ -158,6 +199,11 @@ func newConfig(opts []Option) (config, error) {
 }
 
 func (c config) validate() error {
+	if c.consumerSet {
+		if problem := textProblem(c.consumer, MaxConsumerLength); problem != "" {
+			return fmt.Errorf("%w: WithConsumer(%s): %s", ErrInvalidOption, quoteShort(c.consumer), problem)
+		}
+	}
 	switch {
 	case !c.useUUID && c.idKey == "":
 		return fmt.Errorf("%w: WithIDMetadataKey: the key is empty", ErrInvalidOption)
@@ -173,7 +219,7 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithMaxIDLength(%d): want 1 to 2000 bytes", ErrInvalidOption, c.maxIDLength)
 	case c.lease != 0 && (c.lease < 10*time.Millisecond || c.lease > 24*time.Hour):
 		return fmt.Errorf("%w: WithLease(%s): want 10ms to 24h", ErrInvalidOption, c.lease)
-	case c.lease == 0 && c.maxAttempts != 0:
+	case c.lease == 0 && c.maxAttemptsSet:
 		return fmt.Errorf("%w: WithMaxAttempts: attempts are counted in lease mode only; add WithLease", ErrInvalidOption)
 	case c.lease > 0 && c.maxAttempts < 1:
 		return fmt.Errorf("%w: WithMaxAttempts(%d): want at least 1", ErrInvalidOption, c.maxAttempts)
@@ -181,4 +227,29 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
 	}
 	return nil
+}
+
+// textProblem says why s cannot be stored faithfully in a text column of at most max bytes, or returns "".
+// PostgreSQL's text type refuses NUL bytes and invalid UTF-8; an empty name or ID identifies nothing.
+func textProblem(s string, max int) string {
+	switch {
+	case s == "":
+		return "empty"
+	case len(s) > max:
+		return fmt.Sprintf("%d bytes, over the limit of %d", len(s), max)
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	}
+	if at := strings.IndexByte(s, 0); at >= 0 {
+		return fmt.Sprintf("contains a NUL byte at offset %d", at)
+	}
+	return ""
+}
+
+// quoteShort quotes s for an error message, cut to its first 64 bytes: a name over the limit may be kilobytes long.
+func quoteShort(s string) string {
+	if len(s) <= 64 {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:64]) + "..."
 }

@@ -87,7 +87,13 @@ func migrations(table string, idType IDType) ([]Migration, error) {
 // applying each migration once, and records the applied versions in a table named after it with a _migrations
 // suffix. Many instances may call it at once: a transaction-scoped advisory lock derived from the table name
 // makes them take turns, and each finds the work done by the one before.
-func Migrate(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
+//
+// Before it commits, Migrate checks the tables it leaves behind against the shape the inbox needs, since the
+// versions table says only what was once applied. A table that was altered or dropped by hand since, or one of the
+// same name that existed before in another shape, is reported as an error wrapping ErrSchemaDrift that names each
+// difference, and nothing is changed. WithIDType chooses the type of a new table's message_id; an existing table
+// keeps its own.
+func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: Migrate: db is nil", ErrInvalidOption)
 	}
@@ -95,13 +101,24 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 	if err != nil {
 		return err
 	}
+	_, err = migrate(ctx, db, c)
+	return err
+}
+
+// migrated is what one run of migrate did and found.
+type migrated struct {
+	from, to int          // the highest applied version before and after
+	schema   schemaReport // the schema it checked, as it commits it
+}
+
+func migrate(ctx context.Context, db *sql.DB, c config) (res migrated, err error) {
 	ms, err := migrations(c.table, c.idType)
 	if err != nil {
-		return err
+		return res, err
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("inbox: migrate: begin: %w", err)
+		return res, fmt.Errorf("inbox: migrate: begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -115,7 +132,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 
 	// The lock ends with the transaction, so a crashed migrator cannot leave it held.
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(c.table)); err != nil {
-		return fmt.Errorf("inbox: migrate: lock: %w", err)
+		return res, fmt.Errorf("inbox: migrate: lock: %w", err)
 	}
 	versions := c.table + "_migrations"
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS "`+versions+`" (
@@ -123,24 +140,37 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 		name       text        NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now()
 	)`); err != nil {
-		return fmt.Errorf("inbox: migrate: create %s: %w", versions, err)
+		return res, fmt.Errorf("inbox: migrate: create %s: %w", versions, err)
 	}
-	var current int
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM "`+versions+`"`).Scan(&current); err != nil {
-		return fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM "`+versions+`"`).Scan(&res.from); err != nil {
+		return res, fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
 	}
+	res.to = res.from
 	for _, m := range ms {
-		if m.Version <= current {
+		if m.Version <= res.from {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
-			return fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, c.table, err)
+			return res, fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, c.table, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO "`+versions+`" (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			return fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
+			return res, fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
 		}
+		res.to = m.Version
 	}
-	return nil
+
+	if res.schema, err = inspectSchema(ctx, tx, c.table); err != nil {
+		return res, fmt.Errorf("inbox: migrate: %w", err)
+	}
+	if res.schema.missing { // only possible when versions were recorded before: the first one creates the table
+		return res, fmt.Errorf("inbox: migrate: %w: table %s does not exist, but %s records version %d as applied: "+
+			"the table was dropped after it was migrated, and its history with it; drop %s too to create the table again",
+			ErrSchemaDrift, c.table, versions, res.from, versions)
+	}
+	if err := res.schema.err(c.table); err != nil {
+		return res, fmt.Errorf("inbox: migrate %s: %w", c.table, err)
+	}
+	return res, nil
 }
 
 // migrationLockKey derives the advisory lock key from the table name, so migrations of two inbox tables do not wait

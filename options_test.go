@@ -1,0 +1,122 @@
+package inbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	cases := map[string][]inbox.Option{
+		"ANilOption":                     {inbox.WithTable("billing_inbox"), nil},
+		"MaxAttemptsOfZeroGivenOutright": {inbox.WithLease(time.Second), inbox.WithMaxAttempts(0)},
+		"AnEmptyConsumerGivenOutright":   {inbox.WithConsumer("")},
+		"AConsumerWithANULByte":          {inbox.WithConsumer("wallet\x00credits")},
+		"AConsumerThatIsNotUTF8":         {inbox.WithConsumer("wallet\xffcredits")},
+		"AConsumerPastTheLimit":          {inbox.WithConsumer(strings.Repeat("c", inbox.MaxConsumerLength+1))},
+	}
+	for name, opts := range cases {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { _, err = inbox.New(db, opts...) })
+			require.ErrorIs(t, err, inbox.ErrInvalidOption)
+			require.NotPanics(t, func() { err = inbox.Migrate(context.Background(), db, opts...) })
+			require.ErrorIs(t, err, inbox.ErrInvalidOption)
+
+			var recovered any
+			func() {
+				defer func() { recovered = recover() }()
+				inbox.Middleware(db, opts...)
+			}()
+			panicked, ok := recovered.(error)
+			require.True(t, ok, "Middleware panics with the error New returns, not with %v", recovered)
+			require.ErrorIs(t, panicked, inbox.ErrInvalidOption)
+		})
+	}
+}
+
+// incompressible returns n random printable bytes: PostgreSQL cannot compress them to make them fit an index.
+func incompressible(t *testing.T, n int) string {
+	t.Helper()
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:"
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+func TestOptions_TheLongestConsumerAndTheLongestIDFitTheIndexTogether(t *testing.T) {
+	t.Parallel()
+	consumer := incompressible(t, inbox.MaxConsumerLength)
+	for name, mode := range map[string][]inbox.Option{"Transaction": nil, "Lease": {inbox.WithLease(time.Minute)}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ib, b := setup(t, append([]inbox.Option{inbox.WithConsumer(consumer), inbox.WithMaxIDLength(2000)}, mode...)...)
+			_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+				return []*message.Message{message.NewMessage("out-1", nil)}, nil
+			})(newMsg(incompressible(t, 2000)))
+			require.NoError(t, err)
+			require.Equal(t, 1, b.rows(t, consumer))
+		})
+	}
+}
+
+func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	for name, handler := range map[string]string{
+		"ANULByte":     "wallet\x00credits",
+		"PastTheLimit": strings.Repeat("h", 3000),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			dlq := &recordingPublisher{}
+			pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = pubsub.Close() })
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			results := make(chan error, 100)
+			router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc { // sees what the router acks or nacks
+				return func(msg *message.Message) ([]*message.Message, error) {
+					out, err := h(msg)
+					results <- err
+					return out, err
+				}
+			})
+			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs),
+				inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(20*time.Millisecond)))
+			var calls atomic.Int64
+			router.AddNoPublisherHandler(handler, "deposits", pubsub, noPublish(b.credit(100, &calls)))
+			runRouter(t, router)
+			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
+
+			for range 2 { // the first delivery and a redelivery
+				select {
+				case err := <-results:
+					require.ErrorIs(t, err, inbox.ErrInvalidOption, "a nack: the configuration is wrong")
+					require.False(t, errors.Is(err, inbox.ErrInvalidEventID), "the event ID is not to blame")
+				case <-time.After(10 * time.Second):
+					t.Fatal("the message was not delivered")
+				}
+			}
+			require.Zero(t, calls.Load())
+			require.Empty(t, dlq.messages("dlq"), "the message is fine, and is kept")
+		})
+	}
+}

@@ -1,0 +1,273 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// schemaShape is the schema the inbox needs, as the shipped migrations leave it: Migrate checks it after applying
+// them, and the middleware before its first message. A migration that adds a table, a trigger or an index adds
+// one line here; a migration that replaces an object under the same name changes nothing here.
+//
+// In names, {table} stands for the configured table. Column types are spelled as PostgreSQL's format_type spells
+// them, and {id} stands for the type of message_id, text or uuid (WithIDType), which the check reads from the
+// inbox table, the first entry, and then expects wherever {id} appears. The migrations table is not part of it:
+// users who apply the SQL files with their own tool have none.
+var schemaShape = []shapeObject{
+	tableShape("{table}", "consumer, message_id",
+		"processed_at timestamp with time zone not null", "consumer text not null", "message_id {id} not null",
+		"state text not null", "locked_until timestamp with time zone", "attempts integer", "lease_token uuid",
+		"last_error text"),
+	tableShape("{table}_produced", "consumer, message_id",
+		"consumer text not null", "message_id {id} not null", "produced jsonb not null"),
+	triggerShape("{table}", "{table}_unfinished_claim"),
+	indexShape("{table}", "{table}_processed_at"),
+	indexShape("{table}", "{table}_processing"),
+	tableShape("{table}_locks", "name", "name text not null", "holder uuid not null", "held_until timestamp with time zone not null"),
+}
+
+type shapeKind int
+
+const (
+	shapeTable shapeKind = iota
+	shapeTrigger
+	shapeIndex
+)
+
+// shapeObject is one object of schemaShape.
+type shapeObject struct {
+	kind    shapeKind
+	name    string
+	on      string        // the table a trigger or an index belongs to
+	key     string        // a table's primary key columns, in order, comma-separated
+	columns []columnShape // a table's columns
+}
+
+type columnShape struct {
+	name, typ string
+	notNull   bool
+}
+
+// tableShape declares a table with its primary key and its columns, each "name type", with " not null" after the
+// type when the column must have it.
+func tableShape(name, key string, columns ...string) shapeObject {
+	o := shapeObject{kind: shapeTable, name: name, key: key}
+	for _, spec := range columns {
+		col, typ, _ := strings.Cut(spec, " ")
+		typ, notNull := strings.CutSuffix(typ, " not null")
+		o.columns = append(o.columns, columnShape{name: col, typ: typ, notNull: notNull})
+	}
+	return o
+}
+
+// triggerShape declares a trigger, by name, that must exist and be enabled on table on.
+func triggerShape(on, name string) shapeObject {
+	return shapeObject{kind: shapeTrigger, name: name, on: on}
+}
+
+// indexShape declares an index, by name, that must exist, be valid and belong to table on.
+func indexShape(on, name string) shapeObject {
+	return shapeObject{kind: shapeIndex, name: name, on: on}
+}
+
+// Catalog queries of the schema check. Each names its object through to_regclass, which resolves the name with
+// the connection's search_path as every inbox query does, and gives NULL, so no row, for a missing object instead
+// of an error that would abort the transaction. Names reach them double-quoted, so that they mean exactly the
+// configured lower-case name.
+const (
+	// A table's kind ('r' for a table, 'p' for a partitioned one) and its primary key's columns in key order.
+	tableSQL = `SELECT c.relkind::text,
+			(SELECT string_agg(a.attname, ', ' ORDER BY k.n)
+			 FROM pg_index i
+			 CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+			 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+			 WHERE i.indrelid = c.oid AND i.indisprimary)
+		FROM pg_class c WHERE c.oid = to_regclass($1)`
+
+	// A table's live columns. The last value tells whether an INSERT that leaves the column out still works.
+	columnsSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+			a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> ''
+		FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`
+
+	// A trigger of a table: 'D' in tgenabled means disabled, 'R' firing only for replication sessions.
+	triggerSQL = `SELECT t.tgenabled::text FROM pg_trigger t WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
+
+	// An index: whether it belongs to the expected table, and whether it is valid (a failed CREATE INDEX
+	// CONCURRENTLY leaves an invalid one behind, which no query uses).
+	indexSQL = `SELECT i.indrelid IS NOT DISTINCT FROM to_regclass($2), i.indisvalid
+		FROM pg_index i WHERE i.indexrelid = to_regclass($1)`
+)
+
+// schemaReport is what the schema check found.
+type schemaReport struct {
+	idType  IDType   // the type of the inbox table's message_id; "" when it is neither text nor uuid
+	missing bool     // the inbox table does not exist
+	absent  []string // objects of schemaShape that do not exist
+	wrong   []string // objects that exist in another shape
+}
+
+// incomplete reports whether only whole objects are missing, which Migrate can add without touching what exists.
+func (r schemaReport) incomplete() bool { return len(r.absent) > 0 && len(r.wrong) == 0 }
+
+// err returns the report as ErrSchemaMissing, ErrSchemaDrift naming each difference, or nil.
+func (r schemaReport) err(table string) error {
+	switch {
+	case r.missing:
+		return fmt.Errorf("%w: table %s, and WithAutoMigrate is off", ErrSchemaMissing, table)
+	case len(r.absent) > 0 || len(r.wrong) > 0:
+		return fmt.Errorf("%w: %s", ErrSchemaDrift, strings.Join(append(append([]string(nil), r.wrong...), r.absent...), "; "))
+	}
+	return nil
+}
+
+// queryer is what *sql.Tx offers the schema check.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// inspectSchema compares the schema of table with schemaShape. q must be a transaction: behind a pooler in
+// transaction mode, a parameterized statement outside one may have its two round trips served by two server
+// connections.
+func inspectSchema(ctx context.Context, q queryer, table string) (schemaReport, error) {
+	var r schemaReport
+	name := func(s string) string { return strings.ReplaceAll(s, "{table}", table) }
+	for n, o := range schemaShape {
+		var err error
+		switch o.kind {
+		case shapeTable:
+			err = r.checkTable(ctx, q, name(o.name), name(o.key), o.columns, n == 0)
+		case shapeTrigger:
+			err = r.checkTrigger(ctx, q, name(o.on), name(o.name))
+		case shapeIndex:
+			err = r.checkIndex(ctx, q, name(o.on), name(o.name))
+		}
+		if err != nil {
+			return r, fmt.Errorf("inbox: check the schema of %s: %w", table, err)
+		}
+		if r.missing {
+			return r, nil // the rest hangs off the inbox table
+		}
+	}
+	return r, nil
+}
+
+func (r *schemaReport) checkTable(ctx context.Context, q queryer, table, key string, want []columnShape, inbox bool) error {
+	var kind string
+	var gotKey sql.NullString
+	err := q.QueryRowContext(ctx, tableSQL, quoteIdent(table)).Scan(&kind, &gotKey)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if inbox {
+			r.missing = true
+		}
+		r.absent = append(r.absent, "table "+table+" does not exist")
+		return nil
+	case err != nil:
+		return err
+	case kind != "r" && kind != "p":
+		r.wrong = append(r.wrong, fmt.Sprintf("%s is not a table (relkind %s)", table, kind))
+		return nil
+	}
+	switch {
+	case !gotKey.Valid:
+		r.wrong = append(r.wrong, fmt.Sprintf("table %s has no primary key, want (%s)", table, key))
+	case gotKey.String != key:
+		r.wrong = append(r.wrong, fmt.Sprintf("table %s: primary key is (%s), want (%s)", table, gotKey.String, key))
+	}
+
+	type column struct {
+		typ                 string
+		notNull, hasDefault bool
+	}
+	got := map[string]column{}
+	var order []string
+	rows, err := q.QueryContext(ctx, columnsSQL, quoteIdent(table))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var c column
+		if err := rows.Scan(&name, &c.typ, &c.notNull, &c.hasDefault); err != nil {
+			return err
+		}
+		got[name] = c
+		order = append(order, name)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	expected := map[string]bool{}
+	for _, w := range want {
+		expected[w.name] = true
+		c, ok := got[w.name]
+		if !ok {
+			r.wrong = append(r.wrong, fmt.Sprintf("table %s: column %s does not exist", table, w.name))
+			continue
+		}
+		typ := w.typ
+		if typ == "{id}" {
+			if inbox && (c.typ == string(IDTypeText) || c.typ == string(IDTypeUUID)) {
+				r.idType = IDType(c.typ)
+			}
+			typ = string(r.idType)
+			if typ == "" {
+				typ = "text or uuid"
+			}
+		}
+		if c.typ != typ {
+			r.wrong = append(r.wrong, fmt.Sprintf("table %s: column %s is %s, want %s", table, w.name, c.typ, typ))
+		}
+		if w.notNull && !c.notNull {
+			r.wrong = append(r.wrong, fmt.Sprintf("table %s: column %s allows NULL, want NOT NULL", table, w.name))
+		}
+	}
+	for _, name := range order {
+		if c := got[name]; !expected[name] && c.notNull && !c.hasDefault {
+			r.wrong = append(r.wrong, fmt.Sprintf("table %s: column %s is NOT NULL without a default, and the inbox never writes it", table, name))
+		}
+	}
+	return nil
+}
+
+func (r *schemaReport) checkTrigger(ctx context.Context, q queryer, table, trigger string) error {
+	var enabled string
+	err := q.QueryRowContext(ctx, triggerSQL, quoteIdent(table), trigger).Scan(&enabled)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		r.absent = append(r.absent, fmt.Sprintf("trigger %s does not exist on table %s", trigger, table))
+	case err != nil:
+		return err
+	case enabled == "D" || enabled == "R":
+		r.wrong = append(r.wrong, fmt.Sprintf("trigger %s is disabled", trigger))
+	}
+	return nil
+}
+
+func (r *schemaReport) checkIndex(ctx context.Context, q queryer, table, index string) error {
+	var onTable, valid bool
+	err := q.QueryRowContext(ctx, indexSQL, quoteIdent(index), quoteIdent(table)).Scan(&onTable, &valid)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		r.absent = append(r.absent, fmt.Sprintf("index %s does not exist", index))
+	case err != nil:
+		return err
+	case !onTable:
+		r.wrong = append(r.wrong, fmt.Sprintf("index %s is not on table %s", index, table))
+	case !valid:
+		r.wrong = append(r.wrong, fmt.Sprintf("index %s is invalid (a failed concurrent build?): drop it and run inbox.Migrate", index))
+	}
+	return nil
+}
+
+// quoteIdent double-quotes a name that tableNamePattern admitted, with or without a suffix; such a name holds no
+// quote to escape.
+func quoteIdent(name string) string { return `"` + name + `"` }

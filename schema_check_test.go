@@ -1,0 +1,240 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// freshTable returns an inbox table name that nothing has created yet, and drops whatever the test creates under
+// it when the test ends.
+func freshTable(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	table := uniqueName("inbox_fresh")
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_migrations, ` + table + `_locks CASCADE`)
+	})
+	return table
+}
+
+// createByHand applies the shipped migrations for table the way a user's own migration tool would, after edit has
+// had its say on each file's SQL.
+func createByHand(t *testing.T, db *sql.DB, table string, edit func(version int, up string) string) {
+	t.Helper()
+	ms, err := inbox.Migrations(inbox.WithTable(table))
+	require.NoError(t, err)
+	for _, m := range ms {
+		_, err := db.Exec(edit(m.Version, m.Up))
+		require.NoError(t, err, "migration %d", m.Version)
+	}
+}
+
+// varchar64 turns both message_id columns of the first migration into varchar(64).
+func varchar64(version int, up string) string {
+	if version != 1 {
+		return up
+	}
+	return strings.ReplaceAll(up, "message_id   text        NOT NULL,", "message_id   varchar(64) NOT NULL,")
+}
+
+func noop(*message.Message) ([]*message.Message, error) { return nil, nil }
+
+func TestMiddleware_Schema(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TheOneLineWorksOnAFreshDatabase", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		logs := &recordingLogger{}
+		var calls atomic.Int64
+		h := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(logs))(
+			func(msg *message.Message) ([]*message.Message, error) {
+				calls.Add(1)
+				_, ok := inbox.TxFromContext(msg.Context())
+				require.True(t, ok)
+				return nil, nil
+			})
+		for range 2 {
+			_, err := h(newMsg("evt-1"))
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 1, calls.Load(), "the table was created, and the copy found the first one's row")
+		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)), "and it is the table Migrate makes")
+		require.Len(t, logs.find("migrated its schema"), 1)
+	})
+
+	t.Run("InstancesStartingTogetherOnAFreshDatabaseCreateTheTableOnce", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		const instances = 6
+		errs := make(chan error, instances)
+		var wg sync.WaitGroup
+		for n := range instances {
+			ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"))
+			require.NoError(t, err)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := ib.Middleware(noop)(newMsg("evt-" + string(rune('a'+n))))
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		var rows, versions int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table).Scan(&rows))
+		require.Equal(t, instances, rows)
+		ms, err := inbox.Migrations()
+		require.NoError(t, err)
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_migrations`).Scan(&versions))
+		require.Equal(t, len(ms), versions, "each version applied once")
+	})
+
+	t.Run("WithoutAutoMigrateAMissingTableIsNackedAfterTheRejectDelayNeverDeadLettered", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		dlq := &recordingPublisher{}
+		const delay = 100 * time.Millisecond
+		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithAutoMigrate(false),
+			inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
+		for range 2 {
+			start := time.Now()
+			_, err = h(newMsg("evt-1"))
+			require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+			require.GreaterOrEqual(t, time.Since(start), delay, "each redelivery waits: no hot loop")
+		}
+		require.Zero(t, calls.Load())
+		require.Empty(t, dlq.messages("dlq"), "the message is fine; the configuration is not")
+		var exists bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists))
+		require.False(t, exists, "nothing was created")
+	})
+
+	t.Run("ATableDroppedWhileRunningIsCheckedAgainNotRetriedInAHotLoop", func(t *testing.T) {
+		t.Parallel()
+		const delay = 100 * time.Millisecond
+		ib, b := setup(t, inbox.WithAutoMigrate(false), inbox.WithRejectDelay(delay))
+		h := ib.Middleware(noop)
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+
+		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table)
+		require.NoError(t, err)
+		_, err = h(newMsg("evt-2"))
+		require.ErrorIs(t, err, inbox.ErrSchemaMissing, "the claim finds the table gone")
+		for range 2 { // and the inbox checks again
+			start := time.Now()
+			_, err = h(newMsg("evt-2"))
+			require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+			require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
+		}
+	})
+
+	t.Run("AddsWhatANewerVersionAddsToATableAppliedByHand", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createByHand(t, db, table, func(version int, up string) string {
+			if version == 4 {
+				return "SELECT 1" // as if this version's file had not been shipped yet
+			}
+			return up
+		})
+		_, err := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(noop)(newMsg("evt-1"))
+		require.NoError(t, err)
+		var indexed bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table+"_processing").Scan(&indexed))
+		require.True(t, indexed)
+	})
+
+	t.Run("RefusesADriftedTableAndSaysWhatDiffers", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createByHand(t, db, table, varchar64)
+		dlq := &recordingPublisher{}
+		const delay = 50 * time.Millisecond
+		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
+		id := strings.Repeat("e", 100) // a valid ID the drifted column cannot hold
+		for range 2 {
+			start := time.Now()
+			_, err = h(newMsg(id))
+			require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+			require.ErrorContains(t, err, "message_id is character varying(64)")
+			require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
+		}
+		require.Zero(t, calls.Load())
+		require.Empty(t, dlq.messages("dlq"), "the message is fine; the table is not")
+	})
+}
+
+func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReportsAnInboxTableDroppedWhileItsVersionsRemain", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
+		_, err := db.Exec(`DROP TABLE ` + table + `_produced, ` + table)
+		require.NoError(t, err)
+		err = inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+		require.ErrorContains(t, err, "table "+table+" does not exist")
+	})
+
+	t.Run("ReportsAnExistingTableOfAnotherShapeAndRecordsNothing", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		_, err := db.Exec(`CREATE TABLE ` + table + ` (processed_at timestamptz NOT NULL DEFAULT now(),
+			consumer text NOT NULL, message_id varchar(64) NOT NULL, state text NOT NULL DEFAULT 'done',
+			PRIMARY KEY (consumer, message_id))`)
+		require.NoError(t, err)
+		err = inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+		require.ErrorContains(t, err, "column message_id is character varying(64), want text or uuid")
+		var recorded bool
+		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table+"_migrations").Scan(&recorded))
+		require.False(t, recorded, "the migration rolled back whole")
+	})
+
+	t.Run("ReportsAMissingIndexADisabledTriggerAndAWrongPrimaryKey", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		for _, stmt := range []string{
+			`DROP INDEX ` + b.table + `_processing`,
+			`ALTER TABLE ` + b.table + ` DISABLE TRIGGER ` + b.table + `_unfinished_claim`,
+			`ALTER TABLE ` + b.table + `_produced DROP CONSTRAINT ` + b.table + `_produced_pkey`,
+		} {
+			_, err := b.db.Exec(stmt)
+			require.NoError(t, err, stmt)
+		}
+		err := inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table))
+		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+		require.ErrorContains(t, err, "index "+b.table+"_processing does not exist")
+		require.ErrorContains(t, err, "trigger "+b.table+"_unfinished_claim is disabled")
+		require.ErrorContains(t, err, "table "+b.table+"_produced has no primary key, want (consumer, message_id)")
+	})
+}
