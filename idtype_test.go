@@ -116,7 +116,7 @@ func TestIDTypeUUID(t *testing.T) {
 		require.Error(t, err)
 		_, err = h(newMsg("0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"))
 		require.NoError(t, err)
-		want := "payments:0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"
+		want := inbox.IdempotencyKey("payments", "0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a")
 		require.Equal(t, []string{want, want}, keys, "the provider sees one key, so it charges once")
 		require.Equal(t, []string{"0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a", "0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"}, ids)
 	})

@@ -138,13 +138,30 @@ func TestMiddleware_Schema(t *testing.T) {
 
 		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table)
 		require.NoError(t, err)
-		_, err = h(newMsg("evt-2"))
-		require.ErrorIs(t, err, inbox.ErrSchemaMissing, "the claim finds the table gone")
-		for range 2 { // and the inbox checks again
+		// The first delivery's claim finds the table gone; it and every redelivery after it (the inbox checks
+		// again) wait the delay: no hot loop.
+		for range 3 {
 			start := time.Now()
 			_, err = h(newMsg("evt-2"))
 			require.ErrorIs(t, err, inbox.ErrSchemaMissing)
-			require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
+			require.GreaterOrEqual(t, time.Since(start), delay, "a delivery waits: no hot loop")
+		}
+	})
+
+	t.Run("ATableDroppedUnderLeaseModeIsNotRetriedInAHotLoop", func(t *testing.T) {
+		t.Parallel()
+		const delay = 100 * time.Millisecond
+		ib, b := setup(t, inbox.WithAutoMigrate(false), inbox.WithRejectDelay(delay), inbox.WithLease(time.Minute))
+		h := ib.Middleware(noop)
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table)
+		require.NoError(t, err)
+		for range 2 {
+			start := time.Now()
+			_, err = h(newMsg("evt-2"))
+			require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+			require.GreaterOrEqual(t, time.Since(start), delay, "a delivery waits: no hot loop")
 		}
 	})
 
