@@ -18,11 +18,11 @@ type dbFaultsConfig struct {
 	Sleep          time.Duration
 	TerminateEvery time.Duration // mean interval between rounds of pg_terminate_backend
 	Restarts       int           // PostgreSQL restarts per run, spread evenly over the events
-	// Restart restarts the PostgreSQL server the consumer uses and returns once it was asked to, or has, come
-	// back: a server the harness started itself, or one whose restart command the user gave.
-	Restart func(context.Context) error
 	Seed           uint64
 	Drain          time.Duration
+	// Restart restarts the PostgreSQL server the consumer uses: one the harness started itself, or one whose
+	// restart command the user gave. It returns once the server was asked to come back, or has.
+	Restart func(context.Context) error
 }
 
 // dbFaultsResult is one run of one variant.
