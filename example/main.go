@@ -10,7 +10,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -27,6 +26,7 @@ import (
 	_ "github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/example/internal/demoenv"
 	"github.com/effectively-once/watermill-inbox/example/internal/kafkademo"
 )
 
@@ -44,7 +44,7 @@ type config struct {
 
 func configFromEnv() config {
 	return config{
-		DatabaseURL: cmp.Or(os.Getenv("DATABASE_URL"), "postgres://root@127.0.0.1:5432/test?sslmode=disable"),
+		DatabaseURL: demoenv.DatabaseURL(),
 		Brokers:     kafkademo.BrokersFromEnv(),
 		Partitions:  4,
 		Accounts:    3,
@@ -56,6 +56,8 @@ func configFromEnv() config {
 }
 
 func main() {
+	demoenv.SetUsage("./example", "Publishes credit events to Kafka, some of them twice with the same event ID, credits wallets through the\n"+
+		"inbox middleware, and checks that every balance is the sum of its unique credits.")
 	verbose := flag.Bool("v", false, "log Watermill, Kafka and inbox messages to stderr")
 	flag.Parse()
 	cfg := configFromEnv()

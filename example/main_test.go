@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/example/internal/demotest"
 )
 
 // The run needs PostgreSQL (DATABASE_URL, or the local default) and fails, never skips, when it is missing: a green
@@ -37,4 +39,15 @@ func TestWrongBalancesNamesEachAccountOffItsSum(t *testing.T) {
 	}
 	require.Equal(t, []string{"account 2 has 250, want 200", "account 4 has 0, want 50"}, res.wrongBalances())
 	require.Empty(t, result{Balances: res.Expected, Expected: res.Expected}.wrongBalances())
+}
+
+// A reader's first question is what the example connects to: -h names both variables and what happens without them.
+func TestHelpNamesTheEnvironmentAndItsDefaults(t *testing.T) {
+	t.Parallel()
+	help := demotest.Help(t)
+	require.Contains(t, help, "DATABASE_URL")
+	require.Contains(t, help, "postgres://root@127.0.0.1:5432/test?sslmode=disable")
+	require.Contains(t, help, "KAFKA_BROKERS")
+	require.Contains(t, help, "inside the process")
+	require.Contains(t, help, "-v")
 }

@@ -167,7 +167,7 @@ func consume(c consumerConfig) error {
 		return err
 	}
 	cons := &consumer{cfg: c, db: db, out: out}
-	h := router.AddNoPublisherHandler("credit", c.Topic, sub, cons.credit)
+	h := router.AddConsumerHandler("credit", c.Topic, sub, cons.credit)
 	// First added runs outermost: the report sees a message before the variant acks it, and after the inbox
 	// committed it, which is where a crash between commit and ack has to land.
 	h.AddMiddleware(cons.report)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -19,9 +18,11 @@ type dbFaultsConfig struct {
 	Sleep          time.Duration
 	TerminateEvery time.Duration // mean interval between rounds of pg_terminate_backend
 	Restarts       int           // PostgreSQL restarts per run, spread evenly over the events
-	RestartCmd     string        // the shell command that restarts PostgreSQL
 	Seed           uint64
 	Drain          time.Duration
+	// Restart restarts the PostgreSQL server the consumer uses: one the harness started itself, or one whose
+	// restart command the user gave. It returns once the server was asked to come back, or has.
+	Restart func(context.Context) error
 }
 
 // dbFaultsResult is one run of one variant.
@@ -51,9 +52,16 @@ type progressSample struct {
 	Credited int
 }
 
-// defaultRestartCmd restarts the local cluster the way the machine's packaging does; the version directory is found
-// at run time so the command outlives a PostgreSQL upgrade.
-const defaultRestartCmd = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart"
+// shellRestart is a Restart that runs the user's restart command with sh.
+func shellRestart(cmdline string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		out, err := exec.CommandContext(ctx, "sh", "-c", cmdline).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %w: %s", cmdline, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+}
 
 // terminateSQL ends the backends of one run that are inside a transaction: a claim, a credit or a commit in flight.
 // Idle connections are left alone, since terminating them tests nothing the pool does not already retry.
@@ -130,7 +138,7 @@ func dbFaultsRun(ctx context.Context, e *env, c dbFaultsConfig, v variant, r int
 		}
 		if nextRestart < c.Restarts && rows >= (nextRestart+1)*c.Events/(c.Restarts+1) {
 			began := since()
-			down, recovery, err := e.restartPostgres(ctx, c.RestartCmd, run, p)
+			down, recovery, err := e.restartPostgres(ctx, c.Restart, run, p)
 			if err != nil {
 				return res, err
 			}
@@ -182,15 +190,14 @@ func dbFaultsRun(ctx context.Context, e *env, c dbFaultsConfig, v variant, r int
 
 // restartPostgres restarts the server, waits until it accepts connections again, and then until the consumer
 // credits something: down is how long the server refused connections, recovery how long the consumer took after.
-func (e *env) restartPostgres(ctx context.Context, cmdline, run string, p *proc) (down, recovery time.Duration, err error) {
+func (e *env) restartPostgres(ctx context.Context, restart func(context.Context) error, run string, p *proc) (down, recovery time.Duration, err error) {
 	before, err := ledgerRows(ctx, e.db, run)
 	if err != nil {
 		return 0, 0, err
 	}
 	t0 := time.Now()
-	out, err := exec.CommandContext(ctx, "sh", "-c", cmdline).CombinedOutput()
-	if err != nil {
-		return 0, 0, fmt.Errorf("restart PostgreSQL (%s): %w: %s", cmdline, err, strings.TrimSpace(string(out)))
+	if err := restart(ctx); err != nil {
+		return 0, 0, fmt.Errorf("restart PostgreSQL: %w", err)
 	}
 	if err := waitForDB(ctx, e.db, time.Minute); err != nil {
 		return 0, 0, fmt.Errorf("PostgreSQL did not come back after a restart: %w", err)
@@ -215,15 +222,4 @@ func (e *env) restartPostgres(ctx context.Context, cmdline, run string, p *proc)
 // jitter returns a duration uniform in [d/2, 3d/2), so the terminations do not fall into step with the handlers.
 func jitter(rnd *rand.Rand, d time.Duration) time.Duration {
 	return d/2 + time.Duration(rnd.Int64N(int64(d)))
-}
-
-// postgresRestartable reports whether the default restart command can work here: it needs root, pg_ctlcluster and a cluster.
-func postgresRestartable() error {
-	if os.Geteuid() != 0 {
-		return errors.New("restarting PostgreSQL needs root")
-	}
-	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
-		return errors.New("restarting PostgreSQL needs pg_ctlcluster (give --restart-cmd for another setup)")
-	}
-	return nil
 }

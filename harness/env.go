@@ -71,16 +71,8 @@ func newEnv(ctx context.Context, c envConfig) (*env, error) {
 	} else if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("postgres", withAppName(c.DSN, "harness"))
+	db, err := openDB(ctx, c.DSN)
 	if err != nil {
-		return nil, err
-	}
-	if err := waitForDB(ctx, db, 10*time.Second); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("PostgreSQL at %s: %w", c.DSN, err)
-	}
-	if err := migrate(ctx, db); err != nil {
-		db.Close()
 		return nil, err
 	}
 	br, err := startBroker(c.Brokers, c.Heartbeat)
@@ -93,6 +85,35 @@ func newEnv(ctx context.Context, c envConfig) (*env, error) {
 		session: c.Session, heartbeat: c.Heartbeat, rebalance: c.Rebalance,
 		partitions: c.Partitions, accounts: c.Accounts, pool: c.Partitions + 4,
 	}, nil
+}
+
+// withDatabase returns a copy of e whose consumers and checks use the database at dsn, migrated; the broker stays
+// e's. The caller closes the copy's db, and only that.
+func (e *env) withDatabase(ctx context.Context, dsn string) (*env, error) {
+	db, err := openDB(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	c := *e
+	c.dsn, c.db = dsn, db
+	return &c, nil
+}
+
+// openDB connects the harness itself to dsn, waits until the server answers, and creates the harness's tables.
+func openDB(ctx context.Context, dsn string) (*sql.DB, error) {
+	db, err := sql.Open("postgres", withAppName(dsn, "harness"))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitForDB(ctx, db, 10*time.Second); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", dsn, err)
+	}
+	if err := migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 func (e *env) close() {

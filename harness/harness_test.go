@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +16,7 @@ import (
 
 // The tests run the real thing, shortened: kfake in the test process, the consumer as a subprocess built from this
 // package (without -race, which would only slow the consumers the faults are aimed at), and PostgreSQL from
-// HARNESS_TEST_DSN or the default DSN. Without PostgreSQL they fail; they never skip.
+// INBOX_TEST_DATABASE_URL or the default DSN. Without PostgreSQL they fail; they never skip.
 
 var (
 	setupOnce sync.Once
@@ -48,20 +51,22 @@ func setup(t *testing.T) *env {
 			t.Logf("go build: %s", out)
 			return
 		}
-		dsn := os.Getenv("HARNESS_TEST_DSN")
-		if dsn == "" {
-			dsn = defaultDSN
-		}
 		sharedEnv, setupErr = newEnv(context.Background(), envConfig{
-			Bin: bin, LogDir: filepath.Join(binDir, "logs"), DSN: dsn, Progress: testProgress{},
+			Bin: bin, LogDir: filepath.Join(binDir, "logs"), DSN: testDSN(), Progress: testProgress{},
 			Session: time.Second, Heartbeat: 250 * time.Millisecond, Rebalance: 2 * time.Second,
 			Partitions: defaultPartitions, Accounts: 50,
 		})
 	})
 	if setupErr != nil {
-		t.Fatalf("harness setup (PostgreSQL at HARNESS_TEST_DSN or %s must be up): %v", defaultDSN, setupErr)
+		t.Fatalf("harness setup (PostgreSQL at %s must be up; set INBOX_TEST_DATABASE_URL for another): %v", testDSN(), setupErr)
 	}
 	return sharedEnv
+}
+
+// testDSN is the database the tests share: INBOX_TEST_DATABASE_URL, as for the library's tests, or the default.
+// HARNESS_TEST_DSN, its older name, is still read.
+func testDSN() string {
+	return cmp.Or(os.Getenv("INBOX_TEST_DATABASE_URL"), os.Getenv("HARNESS_TEST_DSN"), defaultDSN)
 }
 
 // testProgress sends the harness's progress lines to the test log of whichever test is running; the tests of this
@@ -184,16 +189,38 @@ func TestZombie_EvictedHandlerWritesAgainWithoutTheInboxAndOnceWithIt(t *testing
 	}
 }
 
-// This test restarts PostgreSQL: other packages' tests must not run against it at the same time.
+// This test restarts PostgreSQL: a server it starts for itself, never the one the other tests share, which may be
+// anybody's. A pg_ctlcluster on PATH that only records its calls makes sure of that: it is how the machine's own
+// clusters are restarted.
 func TestDBFaults_InboxRecoversFromTerminationsAndARestartByItself(t *testing.T) {
-	e := setup(t)
+	shared := setup(t)
 	logTo(t)
-	if err := postgresRestartable(); err != nil {
-		t.Fatalf("this test restarts PostgreSQL: %v", err)
+	calls := tripwire(t)
+	ctx := context.Background()
+	sharedStart := postmasterStart(t, shared.db)
+
+	srv, err := startPostgres(ctx)
+	if err != nil {
+		t.Fatalf("this test restarts a PostgreSQL server it starts itself, and could not start one: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := srv.stop(); err != nil {
+			t.Errorf("stop the test's PostgreSQL server: %v", err)
+		}
+		if _, err := os.Stat(srv.dir); !os.IsNotExist(err) {
+			t.Errorf("the test's PostgreSQL directory %s is still there after stop (%v)", srv.dir, err)
+		}
+	})
+	e, err := shared.withDatabase(ctx, srv.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.db.Close() })
+	privateStart := postmasterStart(t, e.db)
+
 	c := dbFaultsConfig{Variants: []variant{inboxVariant}, Runs: 1, Events: 3000, Sleep: 5 * time.Millisecond,
-		TerminateEvery: 300 * time.Millisecond, Restarts: 1, RestartCmd: defaultRestartCmd, Seed: 1, Drain: 4 * time.Minute}
-	res, err := runDBFaults(context.Background(), e, c)
+		TerminateEvery: 300 * time.Millisecond, Restarts: 1, Restart: srv.restart, Seed: 1, Drain: 4 * time.Minute}
+	res, err := runDBFaults(ctx, e, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +228,71 @@ func TestDBFaults_InboxRecoversFromTerminationsAndARestartByItself(t *testing.T)
 	if r.Restarts != 1 || r.Terminated == 0 {
 		t.Fatalf("%d restarts and %d terminated backends: the faults did not happen", r.Restarts, r.Terminated)
 	}
+	if got := postmasterStart(t, e.db); !got.After(privateStart) {
+		t.Fatalf("the test's server started at %s before the run and at %s after: it was not restarted", privateStart, got)
+	}
 	if r.Duplicates != 0 || r.Losses != 0 {
 		t.Fatalf("inbox under database faults: %d duplicate credits, %d lost events; want 0 and 0", r.Duplicates, r.Losses)
 	}
 	if !r.SameProcess {
 		t.Fatal("the consumer did not survive the faults in one piece")
 	}
+	if got := postmasterStart(t, shared.db); !got.Equal(sharedStart) {
+		t.Fatalf("the shared server started at %s before the run and at %s after: the test restarted it", sharedStart, got)
+	}
+	if c := calls(); c != "" {
+		t.Fatalf("the test ran pg_ctlcluster %s", c)
+	}
 	t.Logf("%d backends terminated, back to work %.2fs after the restart, %d failed handlings redelivered, %d skipped",
 		r.Terminated, r.Recoveries[0].Seconds(), r.Nacks, r.Skipped)
+}
+
+// The manual command restarts what it started, or what the user said how to restart; a server named only by --dsn
+// is nobody's to restart.
+func TestDBFaultsCommand_RefusesToRestartAServerNamedOnlyByDSN(t *testing.T) {
+	calls := tripwire(t)
+	err := dbFaultsCommand(context.Background(), []string{"--dsn", testDSN(), "--restarts", "1", "--runs", "1",
+		"--events", "300", "--out", t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "--restart-cmd") {
+		t.Fatalf("db-faults --dsn without --restart-cmd: got %v, want a refusal that names --restart-cmd", err)
+	}
+	if c := calls(); c != "" {
+		t.Fatalf("db-faults ran pg_ctlcluster %s", c)
+	}
+}
+
+func TestCompareVersions_OrdersMajorVersionsNumerically(t *testing.T) {
+	t.Parallel()
+	versions := []string{"17", "9.6", "15", "10", "9.5"}
+	slices.SortFunc(versions, compareVersions)
+	if want := []string{"9.5", "9.6", "10", "15", "17"}; !slices.Equal(versions, want) {
+		t.Fatalf("sorted %v, want %v", versions, want)
+	}
+}
+
+// tripwire puts on PATH a pg_ctlcluster, the packaging's command for the machine's own clusters, that records its
+// arguments and fails instead of restarting anything. It returns what has been recorded so far.
+func tripwire(t *testing.T) func() string {
+	t.Helper()
+	dir := t.TempDir()
+	record := filepath.Join(dir, "calls")
+	script := "#!/bin/sh\necho \"$*\" >> '" + record + "'\necho 'refused: a test restarts only a server it started' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(dir, "pg_ctlcluster"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return func() string {
+		b, _ := os.ReadFile(record)
+		return strings.TrimSpace(string(b))
+	}
+}
+
+// postmasterStart is when the server behind db last started: a restart moves it forward.
+func postmasterStart(t *testing.T, db *sql.DB) time.Time {
+	t.Helper()
+	var at time.Time
+	if err := db.QueryRow(`SELECT pg_postmaster_start_time()`).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	return at
 }

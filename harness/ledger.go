@@ -110,7 +110,7 @@ func seedRun(ctx context.Context, db *sql.DB, run string, accounts int, events [
 		SELECT $1, a FROM generate_series(1, $2) a`, run, accounts); err != nil {
 		return err
 	}
-	stmt, err := tx.PrepareContext(ctx, pq.CopyIn("harness_events", "run_id", "event_id", "seq", "account", "amount"))
+	stmt, err := tx.PrepareContext(ctx, `COPY harness_events (run_id, event_id, seq, account, amount) FROM STDIN`)
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,10 @@ Commands:
               by the broker), zombie writes and duplicate credits, without and with the inbox.
   db-faults   The inbox consumer while PostgreSQL misbehaves: its backends are terminated mid-transaction every
               --terminate-every, and the server is restarted --restarts times. The consumer is never restarted:
-              it must recover by itself, with no duplicate and no loss.
+              it must recover by itself, with no duplicate and no loss. The server restarted is one the harness
+              starts for the purpose (a new cluster in a temporary directory, on a free loopback port, run as the
+              postgres user when the harness runs as root, removed at the end), never the one --dsn names unless
+              --restart-cmd says how to restart it.
   throughput  No faults. --messages per measurement, every variant in the same invocation, interleaved, with
               10 ms handlers and with zero-work handlers, beside a ceiling: the inbox's claim-plus-credit
               transaction driven straight at PostgreSQL by one goroutine per partition.
@@ -300,20 +303,38 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
 	fs.DurationVar(&c.TerminateEvery, "terminate-every", time.Second, "mean interval between terminations of the consumer's backends that are in a transaction")
 	fs.IntVar(&c.Restarts, "restarts", 2, "PostgreSQL restarts per run")
-	fs.StringVar(&c.RestartCmd, "restart-cmd", defaultRestartCmd, "shell command that restarts PostgreSQL")
+	restartCmd := fs.String("restart-cmd", "", "shell command that restarts the server --dsn names "+
+		"(default: none; the harness starts a server of its own and restarts that)")
 	fs.DurationVar(&c.Drain, "drain-timeout", 10*time.Minute, "how long a run may take")
 	_ = fs.Parse(args)
 	var err error
 	if c.Variants, err = parseVariants(*variants); err != nil {
 		return err
 	}
-	if c.Restarts > 0 && c.RestartCmd == defaultRestartCmd {
-		if err := postgresRestartable(); err != nil {
-			return err
-		}
-	}
 	if c.TerminateEvery <= 0 {
 		return errors.New("--terminate-every must be positive")
+	}
+	dsnGiven := false
+	fs.Visit(func(f *flag.Flag) { dsnGiven = dsnGiven || f.Name == "dsn" })
+	var private *pgServer
+	switch {
+	case c.Restarts == 0:
+		// Terminations only: the server --dsn names is used as it is.
+	case *restartCmd != "":
+		c.Restart = shellRestart(*restartCmd)
+	case dsnGiven:
+		return errors.New("--dsn names a server the harness did not start, and the harness restarts no such server " +
+			"on its own: give --restart-cmd for it, or --restarts 0, or leave --dsn out to use a server the harness starts")
+	default:
+		if private, err = startPostgres(ctx); err != nil {
+			return fmt.Errorf("start a PostgreSQL server to restart: %w", err)
+		}
+		defer func() {
+			if err := private.stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "harness: stop the private PostgreSQL server:", err)
+			}
+		}()
+		cf.env.DSN, c.Restart = private.dsn(), private.restart
 	}
 	c.Runs, c.Seed = cf.runs, cf.seed
 	e, err := cf.open(ctx)
@@ -321,6 +342,9 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer e.close()
+	if private != nil {
+		e.logf("PostgreSQL for this measurement: %s, started by the harness in %s", private.dsn(), private.dir)
+	}
 	start := time.Now()
 	res, err := runDBFaults(ctx, e, c)
 	if err != nil {

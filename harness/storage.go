@@ -219,7 +219,7 @@ func storageFill(ctx context.Context, db *sql.DB, table, key string, rows int) (
 			_ = tx.Rollback()
 		}
 	}()
-	stmt, err := tx.PrepareContext(ctx, pq.CopyIn(table, "consumer", "message_id", "processed_at"))
+	stmt, err := tx.PrepareContext(ctx, "COPY "+pq.QuoteIdentifier(table)+" (consumer, message_id, processed_at) FROM STDIN")
 	if err != nil {
 		return err
 	}

@@ -14,10 +14,7 @@ import (
 
 func storageTestDB(t *testing.T) *sql.DB {
 	t.Helper()
-	dsn := os.Getenv("INBOX_TEST_DATABASE_URL")
-	if dsn == "" {
-		dsn = defaultDSN
-	}
+	dsn := testDSN()
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -157,6 +157,13 @@ func (c *common) parse(args []string) int {
 		c.usageError("unexpected argument %q", c.fs.Arg(0))
 		return exitUsage
 	}
+	// The library decides which names are valid; asking it here, before any connection, lets the complaint name
+	// the flag instead of the Go option it would otherwise name.
+	if _, err := inbox.Migrations(inbox.WithTable(c.table)); err != nil {
+		c.usageError("--table %q: want a table name of lower-case letters, digits and underscores, "+
+			"not starting with a digit, at most 48 characters", c.table)
+		return exitUsage
+	}
 	return -1
 }
 
@@ -167,7 +174,7 @@ func (c *common) usageError(format string, a ...any) {
 
 // fail reports err and returns the exit code for it.
 func (c *common) fail(err error) int {
-	fmt.Fprintf(c.stderr, "watermill-inbox %s: %v\n", c.name, err)
+	fmt.Fprintf(c.stderr, "watermill-inbox %s: %s\n", c.name, c.describe(err))
 	switch {
 	case errors.Is(err, inbox.ErrInvalidOption):
 		return exitUsage
@@ -177,6 +184,20 @@ func (c *common) fail(err error) int {
 		return exitLeaseHeld
 	}
 	return exitError
+}
+
+// describe words an error for someone at a terminal. What the user fixes with a command gets a sentence naming
+// that command; any other error is the library's own message, with its package prefix said once (the command's
+// prefix already says where it comes from) rather than at every layer that wrapped it.
+func (c *common) describe(err error) string {
+	if errors.Is(err, inbox.ErrSchemaMissing) {
+		migrate := "watermill-inbox migrate"
+		if c.table != inbox.DefaultTable {
+			migrate += " --table " + c.table
+		}
+		return fmt.Sprintf("table %s does not exist in this database: create it with '%s' (and the same --dsn)", c.table, migrate)
+	}
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "inbox: "), ": inbox: ", ": ")
 }
 
 // open connects and checks the connection, so that a wrong DSN is reported as such before any work.
@@ -198,8 +219,11 @@ func (c *common) open(ctx context.Context) (*sql.DB, error) {
 	return db, nil
 }
 
-// logger writes the library's log lines (what cleanup deleted, what forget removed) to stderr.
-func (c *common) logger() watermill.LoggerAdapter {
+// logger writes the library's log lines (what cleanup did, what forget removed) to stderr; when quiet, nothing.
+func (c *common) logger(quiet bool) watermill.LoggerAdapter {
+	if quiet {
+		return watermill.NopLogger{}
+	}
 	return watermill.NewStdLoggerWithOut(c.stderr, false, false)
 }
 
@@ -208,6 +232,10 @@ func migrateCommand(ctx context.Context, c *common, args []string, stdout, _ io.
 	idType := fs.String("id-type", string(inbox.IDTypeText), "column type of new tables' event IDs: text, or uuid when every producer sends UUIDs (ignored for a table that exists)")
 	if code := c.parse(args); code >= 0 {
 		return code
+	}
+	if _, err := inbox.Migrations(inbox.WithIDType(inbox.IDType(*idType))); err != nil {
+		c.usageError("--id-type %q: want %s or %s", *idType, inbox.IDTypeText, inbox.IDTypeUUID)
+		return exitUsage
 	}
 	opts := []inbox.Option{inbox.WithTable(c.table), inbox.WithIDType(inbox.IDType(*idType))}
 	ms, err := inbox.Migrations(opts...)
@@ -237,11 +265,19 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 	fs.Var(&pause, "pause", "wait this long after each batch, to let replicas and autovacuum keep up (default none)")
 	every := days(time.Second)
 	fs.Var(&every, "progress", "print a progress line at most this often")
+	verbose := fs.Bool("verbose", false, "also print the library's log lines on stderr")
 	if code := c.parse(args); code >= 0 {
 		return code
 	}
-	if window <= 0 {
+	switch {
+	case window <= 0:
 		c.usageError("--window must be positive")
+		return exitUsage
+	case *batch < 1 || *batch > inbox.MaxCleanupBatch:
+		c.usageError("--batch %d: want 1 to %d", *batch, inbox.MaxCleanupBatch)
+		return exitUsage
+	case pause < 0:
+		c.usageError("--pause must not be negative")
 		return exitUsage
 	}
 	db, err := c.open(ctx)
@@ -261,13 +297,14 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 			}
 			last = time.Now()
 			elapsed := time.Since(start)
-			fmt.Fprintf(stderr, "cleanup: %s rows deleted in %d batches, %s rows/s (now at consumer %s)\n",
-				group(p.Total), p.Batch, group(int64(float64(p.Total)/max(elapsed.Seconds(), 0.001))), p.Consumer)
+			fmt.Fprintf(stderr, "cleanup: %s deleted in %s, %s rows/s (now at consumer %s)\n",
+				count(p.Total, "row", "rows"), count(int64(p.Batch), "batch", "batches"),
+				group(int64(float64(p.Total)/max(elapsed.Seconds(), 0.001))), p.Consumer)
 		},
-	}, inbox.WithTable(c.table), inbox.WithLogger(c.logger()))
+	}, inbox.WithTable(c.table), inbox.WithLogger(c.logger(!*verbose)))
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("interrupted after %s rows (what was deleted stays deleted): %w", group(res.Deleted), err)
+			err = fmt.Errorf("interrupted after %s (what was deleted stays deleted): %w", count(res.Deleted, "row", "rows"), err)
 		}
 		return c.fail(err)
 	}
@@ -275,9 +312,12 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 		fmt.Fprintf(stdout, "skipped: another cleanup of %s is running\n", c.table)
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "deleted %s rows of %s older than %s (before %s) in %d batches, %s\n",
-		group(res.Deleted), c.table, window, res.Cutoff.UTC().Format(time.RFC3339), res.Batches, res.Took.Round(time.Millisecond))
-	if res.Abandoned > 0 {
+	fmt.Fprintf(stdout, "deleted %s of %s older than %s (before %s) in %s, %s\n",
+		count(res.Deleted, "row", "rows"), c.table, window, res.Cutoff.UTC().Format(time.RFC3339),
+		count(int64(res.Batches), "batch", "batches"), res.Took.Round(time.Millisecond))
+	if res.Abandoned == 1 {
+		fmt.Fprintln(stdout, "left 1 abandoned lease: a 'processing' row whose lease ran out before the cutoff; see 'watermill-inbox stats'")
+	} else if res.Abandoned > 1 {
 		fmt.Fprintf(stdout, "left %s abandoned leases: 'processing' rows whose lease ran out before the cutoff; see 'watermill-inbox stats'\n",
 			group(res.Abandoned))
 	}
@@ -348,7 +388,11 @@ func writeStats(w io.Writer, st inbox.Stats) {
 			group(cs.Released), group(cs.Processing), group(cs.Expired), remembers, oldest)
 	}
 	tw.Flush()
-	if expired > 0 {
+	switch {
+	case expired == 1:
+		fmt.Fprint(w, "\n1 'processing' row has an expired lease: its holder died, and the next copy takes it over.\n"+
+			"If it is old, that copy never came: settle the side effect with its provider, then 'watermill-inbox forget' it.\n")
+	case expired > 1:
 		fmt.Fprintf(w, "\n%s 'processing' rows have an expired lease: their holder died, and the next copy takes them over.\n"+
 			"Old ones were never redelivered: settle the side effect with its provider, then 'watermill-inbox forget' them.\n", group(expired))
 	}
@@ -389,7 +433,7 @@ func writeStatsJSON(w io.Writer, st inbox.Stats) error {
 	return enc.Encode(out)
 }
 
-func forgetCommand(ctx context.Context, c *common, args []string, stdout, _ io.Writer) int {
+func forgetCommand(ctx context.Context, c *common, args []string, stdout, stderr io.Writer) int {
 	fs := c.flags("Deletes the row of one message, so that its next copy is applied again: after its effect was undone\n" +
 		"by hand, or to retry a 'failed' lease-mode message after a fix. The deletion is logged on stderr.")
 	consumer := fs.String("consumer", "", "the consumer (by default the Watermill handler's name) (required)")
@@ -408,8 +452,16 @@ func forgetCommand(ctx context.Context, c *common, args []string, stdout, _ io.W
 	}
 	defer db.Close()
 	row, err := inbox.Forget(ctx, db, inbox.ForgetParams{Consumer: *consumer, ID: *id, Force: *force},
-		inbox.WithTable(c.table), inbox.WithLogger(c.logger()))
-	if err != nil {
+		inbox.WithTable(c.table), inbox.WithLogger(c.logger(false)))
+	switch {
+	case errors.Is(err, inbox.ErrNotFound):
+		fmt.Fprintf(stderr, "watermill-inbox forget: %s has no row for consumer %q and ID %q: nothing to forget\n", c.table, *consumer, *id)
+		return exitNotFound
+	case errors.Is(err, inbox.ErrLeaseHeld):
+		fmt.Fprintf(stderr, "watermill-inbox forget: the row of %s/%s is being processed under a live lease: "+
+			"retry when it has ended, or add --force (its call may then run twice)\n", *consumer, *id)
+		return exitLeaseHeld
+	case err != nil:
 		return c.fail(err)
 	}
 	fmt.Fprintf(stdout, "forgot %s/%s: it was %s since %s", *consumer, *id, row.State, row.ProcessedAt.UTC().Format(time.RFC3339))
@@ -478,6 +530,14 @@ func group(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// count formats n with its noun, singular for exactly one.
+func count(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return group(n) + " " + many
 }
 
 // bytesOf formats a size in binary units, as PostgreSQL's pg_size_pretty does.

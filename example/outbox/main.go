@@ -18,7 +18,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -36,6 +35,7 @@ import (
 	_ "github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/example/internal/demoenv"
 	"github.com/effectively-once/watermill-inbox/example/internal/kafkademo"
 )
 
@@ -54,7 +54,7 @@ type config struct {
 
 func configFromEnv() config {
 	return config{
-		DatabaseURL:  cmp.Or(os.Getenv("DATABASE_URL"), "postgres://root@127.0.0.1:5432/test?sslmode=disable"),
+		DatabaseURL:  demoenv.DatabaseURL(),
 		Brokers:      kafkademo.BrokersFromEnv(),
 		Partitions:   4,
 		Accounts:     3,
@@ -67,6 +67,9 @@ func configFromEnv() config {
 }
 
 func main() {
+	demoenv.SetUsage("./example/outbox", "Credits wallets through the inbox and writes a \"credited\" event to an outbox in the same transaction; a relay\n"+
+		"publishes the events, losing some acks on purpose, and a notifications service with its own inbox records one\n"+
+		"notification per credit.")
 	verbose := flag.Bool("v", false, "log Watermill, Kafka and inbox messages to stderr")
 	flag.Parse()
 	cfg := configFromEnv()

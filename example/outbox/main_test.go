@@ -8,6 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/example/internal/demotest"
 )
 
 // The run needs PostgreSQL (DATABASE_URL, or the local default) and fails, never skips, when it is missing: a green
@@ -82,4 +84,15 @@ func TestProblemsNamesEachShortfall(t *testing.T) {
 		"1 notifications before the relay started, want none",
 		"4 notifications for 3 distinct events, want one per credit: 3",
 	}, bad.problems())
+}
+
+// A reader's first question is what the example connects to: -h names both variables and what happens without them.
+func TestHelpNamesTheEnvironmentAndItsDefaults(t *testing.T) {
+	t.Parallel()
+	help := demotest.Help(t)
+	require.Contains(t, help, "DATABASE_URL")
+	require.Contains(t, help, "postgres://root@127.0.0.1:5432/test?sslmode=disable")
+	require.Contains(t, help, "KAFKA_BROKERS")
+	require.Contains(t, help, "inside the process")
+	require.Contains(t, help, "-v")
 }

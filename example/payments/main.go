@@ -17,7 +17,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -35,6 +34,7 @@ import (
 	_ "github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/example/internal/demoenv"
 	"github.com/effectively-once/watermill-inbox/example/internal/kafkademo"
 )
 
@@ -56,7 +56,7 @@ type config struct {
 
 func configFromEnv() config {
 	return config{
-		DatabaseURL: cmp.Or(os.Getenv("DATABASE_URL"), "postgres://root@127.0.0.1:5432/test?sslmode=disable"),
+		DatabaseURL: demoenv.DatabaseURL(),
 		Brokers:     kafkademo.BrokersFromEnv(),
 		Partitions:  4,
 		Requests:    12,
@@ -68,6 +68,8 @@ func configFromEnv() config {
 }
 
 func main() {
+	demoenv.SetUsage("./example/payments", "Charges payments through a provider in lease mode: some requests arrive twice at once, one provider answer\n"+
+		"outlasts its lease, and each request must still be charged exactly once.")
 	verbose := flag.Bool("v", false, "log Watermill, Kafka and inbox messages to stderr")
 	flag.Parse()
 	cfg := configFromEnv()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/example/internal/demotest"
 )
 
 // The run needs PostgreSQL (DATABASE_URL, or the local default) and fails, never skips, when it is missing: a green
@@ -98,4 +100,15 @@ func TestRunGivesUpWithoutHangingWhenNoCopyTakesTheHeldCallOver(t *testing.T) {
 	_, err := run(context.Background(), cfg)
 	require.ErrorContains(t, err, "gave up after 3s")
 	require.Less(t, time.Since(start), 15*time.Second, "the held call is let go, so the router closes promptly")
+}
+
+// A reader's first question is what the example connects to: -h names both variables and what happens without them.
+func TestHelpNamesTheEnvironmentAndItsDefaults(t *testing.T) {
+	t.Parallel()
+	help := demotest.Help(t)
+	require.Contains(t, help, "DATABASE_URL")
+	require.Contains(t, help, "postgres://root@127.0.0.1:5432/test?sslmode=disable")
+	require.Contains(t, help, "KAFKA_BROKERS")
+	require.Contains(t, help, "inside the process")
+	require.Contains(t, help, "-v")
 }

@@ -1,0 +1,27 @@
+// Package demotest runs an example's command the way a reader does, for the examples' tests.
+package demotest
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Help builds the command in the test's package directory and returns what its -h prints, failing the test when
+// -h is not a clean exit.
+func Help(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.CommandContext(ctx, bin, "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("-h: %v\n%s", err, out)
+	}
+	return string(out)
+}
