@@ -26,7 +26,7 @@ func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerM
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	router.AddMiddleware(mws(poison)...)
-	router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, h)
+	router.AddConsumerHandler("wallet-credits", "deposits", pubsub, h)
 	runRouter(t, router)
 	return poisoned, func(msg *message.Message) { require.NoError(t, pubsub.Publish("deposits", msg)) }
 }

@@ -188,12 +188,12 @@ func runConsumerProcess() int {
 	}
 	if withInbox {
 		router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(table), inbox.WithSubscriberTx(false), inbox.WithLogger(logger)))
-		router.AddNoPublisherHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
+		router.AddConsumerHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
 			tx, _ := inbox.TxFromContext(msg.Context())
 			return credit(msg.Context(), tx)
 		})
 	} else {
-		router.AddNoPublisherHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
+		router.AddConsumerHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
 			tx, err := db.BeginTx(msg.Context(), nil)
 			if err != nil {
 				return err

@@ -114,7 +114,7 @@ func TestMiddleware_UnusableIDs(t *testing.T) {
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithDeadLetter(dlq, "deposits.dlq")))
-		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, nil)))
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, nil)))
 		runRouter(t, router)
 		require.NoError(t, pubsub.Publish("deposits", newMsg("")))
 

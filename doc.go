@@ -9,7 +9,7 @@
 // and acknowledged. Copies that race are serialized by the table's primary key; there is no distributed lock.
 //
 //	router.AddMiddleware(inbox.Middleware(db))
-//	router.AddNoPublisherHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
+//	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
 //		tx, _ := inbox.TxFromContext(msg.Context())
 //		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
 //		return err

@@ -33,7 +33,7 @@ func ExampleMiddleware() {
 	pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(table)))
-	router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
+	router.AddConsumerHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
 		tx, _ := inbox.TxFromContext(msg.Context())
 		_, err := tx.ExecContext(msg.Context(), `UPDATE `+table+`_accounts SET balance = balance + 100 WHERE id = 1`)
 		return err

@@ -169,7 +169,7 @@ func runPaymentProcess() int {
 	}
 	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(table), inbox.WithLease(time.Second), inbox.WithLogger(logger)))
 	var done atomic.Bool
-	router.AddNoPublisherHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
+	router.AddConsumerHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
 		lease, ok := inbox.LeaseFromContext(msg.Context())
 		if !ok {
 			return errors.New("no lease in the handler's context")

@@ -96,8 +96,8 @@ func TestMiddleware_ScopesTheInboxPerConsumer(t *testing.T) {
 		// No WithConsumer: each handler's name scopes its own history.
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
 		var walletCalls, auditCalls atomic.Int64
-		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &walletCalls)))
-		router.AddNoPublisherHandler("audit", "deposits", pubsub, noPublish(b.credit(1, &auditCalls)))
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &walletCalls)))
+		router.AddConsumerHandler("audit", "deposits", pubsub, noPublish(b.credit(1, &auditCalls)))
 		runRouter(t, router)
 
 		for range 2 {
@@ -162,7 +162,7 @@ func TestMiddleware_OneTransaction(t *testing.T) {
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		rowAtAck := make(chan int, 1)
-		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
 			go func() { // observes the ack from outside the handler, as the broker would
 				<-msg.Acked()
 				var n int
@@ -252,7 +252,7 @@ func TestMiddleware_HandlerFailure(t *testing.T) {
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		var calls atomic.Int64
-		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, func(msg *message.Message) error {
 			if _, err := b.credit(100, &calls)(msg); err != nil {
 				return err
 			}

@@ -102,7 +102,7 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs),
 				inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(20*time.Millisecond)))
 			var calls atomic.Int64
-			router.AddNoPublisherHandler(handler, "deposits", pubsub, noPublish(b.credit(100, &calls)))
+			router.AddConsumerHandler(handler, "deposits", pubsub, noPublish(b.credit(100, &calls)))
 			runRouter(t, router)
 			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
 

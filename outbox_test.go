@@ -46,7 +46,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	wallet, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	wallet.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
-	wallet.AddNoPublisherHandler("wallet-credits", "deposits", deposits, func(msg *message.Message) error {
+	wallet.AddConsumerHandler("wallet-credits", "deposits", deposits, func(msg *message.Message) error {
 		tx, _ := inbox.TxFromContext(msg.Context())
 		if _, err := b.credit(100, nil)(msg); err != nil {
 			return err
@@ -66,7 +66,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	notifier, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	notifier.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(notifications.logs)))
-	notifier.AddNoPublisherHandler("notifications", "credited", credited, func(*message.Message) error {
+	notifier.AddConsumerHandler("notifications", "credited", credited, func(*message.Message) error {
 		sent.Add(1)
 		return nil
 	})

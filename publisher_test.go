@@ -39,7 +39,7 @@ func TestEventIDPublisher(t *testing.T) {
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		var calls atomic.Int64
-		router.AddNoPublisherHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &calls)))
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &calls)))
 		runRouter(t, router)
 
 		pub := inbox.EventIDPublisher(pubsub, "")

@@ -26,7 +26,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
 		var calls, sameTx atomic.Int64
-		router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			ours, _ := inbox.TxFromContext(msg.Context())
 			theirs, ok := wsql.TxFromContext(msg.Context())
 			if ok && ours == theirs {
@@ -53,7 +53,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		var calls atomic.Int64
-		router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			if _, err := b.credit(100, &calls)(msg); err != nil {
 				return err
 			}
@@ -81,7 +81,7 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 	require.NoError(t, err)
 	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 	var calls atomic.Int64
-	router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 		if calls.Add(1) == 1 {
 			tx, _ := inbox.TxFromContext(msg.Context())
 			_, err := tx.ExecContext(msg.Context(), `SELECT 1/0`)
@@ -111,7 +111,7 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			require.NoError(t, err)
 			first.AddMiddleware(mw)
 			started := make(chan struct{})
-			first.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+			first.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 				if _, err := b.credit(100, nil)(msg); err != nil {
 					return err
 				}
@@ -130,7 +130,7 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			second, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
 			second.AddMiddleware(mw)
-			second.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), noPublish(b.credit(100, nil)))
+			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), noPublish(b.credit(100, nil)))
 			runRouter(t, second)
 			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 			require.Equal(t, 100, b.balance(t))

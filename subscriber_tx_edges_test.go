@@ -56,7 +56,7 @@ func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
 	})
 	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 	var calls atomic.Int64
-	router.AddNoPublisherHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 		if _, err := b.credit(100, nil)(msg); err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithConsumer("shared"), inbox.WithLogger(b.logs)))
 	var calls atomic.Int64
 	for _, group := range []string{"a", "b"} {
-		router.AddNoPublisherHandler("credits-"+group, topic, newSQLSubscriber(t, b.db, group), func(msg *message.Message) error {
+		router.AddConsumerHandler("credits-"+group, topic, newSQLSubscriber(t, b.db, group), func(msg *message.Message) error {
 			time.Sleep(2 * time.Millisecond) // let the two groups' transactions overlap
 			_, err := b.credit(100, &calls)(msg)
 			return err

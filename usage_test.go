@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,7 +28,7 @@ func main() {
 	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	sub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	router.AddMiddleware(inbox.Middleware(db))
-	router.AddNoPublisherHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
 		tx, _ := inbox.TxFromContext(msg.Context())
 		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", 100, 1)
 		return err
@@ -53,7 +52,8 @@ func TestOneLineUsageCompilesInAFreshModule(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), goSum, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(freshModuleMain), 0o644))
 
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command must be on PATH")
 	run := func(args ...string) {
 		cmd := exec.Command(goBin, args...)
 		cmd.Dir = dir
