@@ -51,9 +51,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		rollback := func() {
 			if !ended {
 				ended = true
-				if err := rollbackErr(tx.Rollback()); err != nil && ctx.Err() == nil {
-					i.cfg.logger.Error("Inbox rollback failed", err, logFields(msg, consumer, id))
-				}
+				i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback()))
 			}
 		}
 		defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
@@ -114,6 +112,19 @@ func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, 
 	return produced, false, nil
 }
 
+// rollbackFailed logs a rollback that failed. Once the message's context has ended (a router closing, a deadline)
+// database/sql and the driver end the transaction themselves and report the cancellation, often as a bad
+// connection: that is no fault, so it is logged at debug level, not as an error.
+func (i *Inbox) rollbackFailed(msg *message.Message, consumer, id, what string, err error) {
+	switch {
+	case err == nil:
+	case msg.Context().Err() != nil:
+		i.cfg.logger.Debug("Inbox "+what+" ended with the message's context", logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
+	default:
+		i.cfg.logger.Error("Inbox "+what+" failed", err, logFields(msg, consumer, id))
+	}
+}
+
 func logFields(msg *message.Message, consumer, id string) watermill.LogFields {
 	return watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "event_id": id}
 }
@@ -161,9 +172,7 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 		if err == nil {
 			_, err = tx.ExecContext(bg, releaseSavepointSQL)
 		}
-		if err := rollbackErr(err); err != nil && ctx.Err() == nil {
-			i.cfg.logger.Error("Inbox rollback to savepoint failed", err, logFields(msg, consumer, id))
-		}
+		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
 	}
 	defer rollback() // runs on a panic too
 	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h)
