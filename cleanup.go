@@ -189,7 +189,7 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 				continue
 			}
 			res.Deleted += deleted
-			c.observer.RowsCleaned(deleted)
+			c.observer.RowsCleaned(ctx, CleanupEvent{Table: s.table, Consumer: consumer, Rows: deleted})
 			if p.Progress != nil {
 				p.Progress(CleanupProgress{Consumer: consumer, Batch: res.Batches, Deleted: deleted, Total: res.Deleted})
 			}

@@ -34,7 +34,10 @@ type cleanedObserver struct {
 	calls   atomic.Int64
 }
 
-func (o *cleanedObserver) RowsCleaned(n int64) { o.cleaned.Add(n); o.calls.Add(1) }
+func (o *cleanedObserver) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
+	o.cleaned.Add(e.Rows)
+	o.calls.Add(1)
+}
 
 const thirtyDays = 30 * 24 * time.Hour
 

@@ -34,15 +34,17 @@ func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "reason": cause.Error()}
 	if i.cfg.dlqPublisher == nil {
 		i.cfg.logger.Error("Inbox cannot apply message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
+		i.nacked(msg, consumer, reasonLabel(cause), cause)
 		return sleepThen(ctx, i.cfg.rejectDelay, cause)
 	}
 
 	if err := i.deadLetter(msg, cause, nil); err != nil {
 		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
+		i.nacked(msg, consumer, "dead_letter_failed", err)
 		return sleepThen(ctx, i.cfg.rejectDelay, err)
 	}
 	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
-	i.cfg.observer.DeadLettered(consumer, reasonLabel(cause))
+	i.deadLettered(msg, consumer, cause)
 	return nil
 }
 

@@ -88,6 +88,8 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	ctx := msg.Context()
 	fields := logFields(msg, consumer, id)
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
+	ob := i.observe(msg, consumer, id, ModeLease)
+	ob.claiming()
 	c, err := i.store.claimLease(ctx, i.db, consumer, id, l.token, i.cfg.lease)
 	if errors.Is(err, ErrInvalidEventID) {
 		return nil, i.reject(msg, consumer, err)
@@ -99,7 +101,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 		switch c.state {
 		case stateDone:
 			i.cfg.logger.Info("skipped duplicate", fields)
-			i.cfg.observer.DuplicateSkipped(consumer)
+			ob.skipped()
 			return decodeProduced(consumer, id, c.produced)
 		case stateFailed:
 			i.cfg.logger.Info("skipped dead-lettered message", fields)
@@ -113,14 +115,23 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	l.attempt, l.lastError = c.attempt, c.lastError
 	if c.takeover {
 		i.cfg.logger.Info("Inbox took over an expired lease", fields.Add(watermill.LogFields{"attempt": c.attempt, "previous_error": c.lastError}))
-		i.cfg.observer.LeaseTakenOver(consumer)
+		i.cfg.observer.LeaseTakenOver(ctx, LeaseEvent{Consumer: consumer, EventID: id, Mode: ModeLease, Message: msg, Attempt: c.attempt})
 	}
 	if c.attempt > i.cfg.maxAttempts { // the holder of the last attempt died
 		return nil, i.exhausted(msg, l, c.lastError)
 	}
-	i.cfg.observer.Claimed(consumer)
+	// The rest of the message's way, its bookkeeping writes included, runs with the context the observer returned.
+	msg.SetContext(ob.claimed(c.attempt))
+	defer msg.SetContext(ctx)
+	produced, err := i.finishLeased(msg, l, h, ob)
+	ob.finish(err)
+	return produced, err
+}
 
-	produced, err := i.runLeased(msg, l, h)
+// finishLeased runs the handler of a claimed lease-mode message and records its result.
+func (i *Inbox) finishLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
+	consumer, id := l.consumer, l.id
+	produced, err := i.runLeased(msg, l, h, ob)
 	if err != nil {
 		if l.attempt >= i.cfg.maxAttempts {
 			return nil, i.exhausted(msg, l, err.Error())
@@ -130,7 +141,9 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	stampProduced(produced, consumer, id, i.cfg.idKey)
 	raw, err := encodeProduced(consumer, id, produced)
 	if err == nil {
+		start := time.Now()
 		err = i.leaseWrite(msg, l, i.store.leaseCompleteSQL, "complete lease", raw)
+		ob.commitDone(start, err)
 	}
 	if errors.Is(err, ErrProducedUnstorable) {
 		// The effect happened, and running the handler again would meet the same refusal: park the message with
@@ -145,7 +158,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 
 // runLeased runs h with the lease in the message context. A panic releases the lease before it goes on up, so the
 // next copy need not wait for the lease to run out.
-func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc) ([]*message.Message, error) {
+func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	ctx := msg.Context()
 	msg.SetContext(context.WithValue(context.WithValue(ctx, leaseKey{}, l), eventIDKey, l.id))
 	defer msg.SetContext(ctx)
@@ -155,7 +168,7 @@ func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc)
 			panic(r)
 		}
 	}()
-	return h(msg)
+	return ob.run(h, msg)
 }
 
 // exhausted ends a message whose attempts are used up, with its attempts and last error (see giveUp).
@@ -174,14 +187,18 @@ func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError st
 	if i.cfg.dlqPublisher == nil {
 		relErr := i.release(msg, l, lastError)
 		i.cfg.logger.Error("Inbox gave up on message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
-		return sleepThen(ctx, i.cfg.rejectDelay, errors.Join(cause, relErr))
+		err := errors.Join(cause, relErr)
+		i.nacked(msg, l.consumer, reasonLabel(cause), err)
+		return sleepThen(ctx, i.cfg.rejectDelay, err)
 	}
 	if err := i.deadLetter(msg, cause, extra); err != nil {
 		relErr := i.release(msg, l, lastError)
 		i.cfg.logger.Error("Inbox cannot dead-letter message; nacking it after the reject delay", err, fields)
-		return sleepThen(ctx, i.cfg.rejectDelay, errors.Join(err, relErr))
+		err = errors.Join(err, relErr)
+		i.nacked(msg, l.consumer, "dead_letter_failed", err)
+		return sleepThen(ctx, i.cfg.rejectDelay, err)
 	}
-	i.cfg.observer.DeadLettered(l.consumer, reasonLabel(cause))
+	i.deadLettered(msg, l.consumer, cause)
 	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
 	// A failure here leaves the row 'processing'. Returning it nacks the message, so a copy comes back, takes the
 	// row over once the lease has run out and dead-letters it again: a duplicate dead letter, never a lost message.
@@ -203,6 +220,7 @@ func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, query, op string, arg
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		i.cfg.logger.Error("Inbox lease write failed: the lease ran out and another consumer took it over", err, fields)
+		i.cfg.observer.LeaseLost(msg.Context(), LeaseEvent{Consumer: l.consumer, EventID: l.id, Mode: ModeLease, Message: msg, Attempt: l.attempt})
 	case err != nil:
 		i.cfg.logger.Error("Inbox lease write failed; the row keeps its state, and its lease runs out as it would "+
 			"after a crash", err, fields)

@@ -40,11 +40,14 @@ type countingObserver struct {
 	deadLetters                   sync.Map // reason -> *atomic.Int64
 }
 
-func (o *countingObserver) Claimed(string)          { o.claims.Add(1) }
-func (o *countingObserver) DuplicateSkipped(string) { o.duplicates.Add(1) }
-func (o *countingObserver) LeaseTakenOver(string)   { o.takeovers.Add(1) }
-func (o *countingObserver) DeadLettered(_, reason string) {
-	n, _ := o.deadLetters.LoadOrStore(reason, new(atomic.Int64))
+func (o *countingObserver) Claimed(ctx context.Context, _ inbox.ClaimEvent) context.Context {
+	o.claims.Add(1)
+	return ctx
+}
+func (o *countingObserver) DuplicateSkipped(context.Context, inbox.SkipEvent) { o.duplicates.Add(1) }
+func (o *countingObserver) LeaseTakenOver(context.Context, inbox.LeaseEvent)  { o.takeovers.Add(1) }
+func (o *countingObserver) DeadLettered(_ context.Context, e inbox.DeadLetterEvent) {
+	n, _ := o.deadLetters.LoadOrStore(e.Reason, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
 }
 

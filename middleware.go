@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
@@ -42,6 +43,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if tx, ok := wsql.TxFromContext(ctx); ok && i.cfg.subscriberTx {
 			return i.applyInSubscriberTx(tx, msg, consumer, id, h) // commits on the subscriber's ack
 		}
+		ob := i.observe(msg, consumer, id, ModeTransaction)
 
 		tx, err := i.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -55,16 +57,24 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
-		produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h)
+		produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
 		if err != nil || skipped {
 			rollback() // before any wait of settle's, so the claim's lock is not held through it
-			return produced, i.settle(msg, consumer, err)
+			err = i.settle(msg, consumer, err)
+			ob.finish(err)
+			return produced, err
 		}
-		if err := tx.Commit(); err != nil {
-			ended = true
-			return nil, fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
-		}
+		start := time.Now()
+		err = tx.Commit()
+		ob.commitDone(start, err)
 		ended = true
+		if err != nil {
+			err = fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
+		}
+		ob.finish(err)
+		if err != nil {
+			return nil, err
+		}
 		return produced, nil
 	}
 }
@@ -73,26 +83,26 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // and tx holds nothing to commit: on a duplicate, apply returns the messages stored when the message was first
 // applied. A message the inbox cannot apply (an ID the database refused, produced messages it cannot store) comes
 // back as an unusable error, for settle once the transaction is rolled back.
-func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc) (produced []*message.Message, skipped bool, err error) {
+func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) (produced []*message.Message, skipped bool, err error) {
 	ctx := msg.Context()
+	ob.claiming()
 	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
 	switch {
 	case errors.Is(err, ErrInvalidEventID):
 		return nil, true, unusable{err}
 	case err != nil && state == stateApplying && sqlState(err) == "40001":
-		return i.skipCommitted(msg, consumer, id, err)
+		return i.skipCommitted(msg, consumer, id, err, ob)
 	case err != nil:
 		return nil, false, err
 	case !claimed:
-		if claimed, produced, err = i.existing(msg, tx, consumer, id, state); !claimed {
+		if claimed, produced, err = i.existing(msg, tx, consumer, id, state, ob); !claimed {
 			return produced, true, err
 		}
 	}
 
-	i.cfg.observer.Claimed(consumer)
-	msg.SetContext(withClaim(ctx, tx, id))
+	msg.SetContext(withClaim(ob.claimed(1), tx, id))
 	defer msg.SetContext(ctx) // the transaction ends with this call; nothing after it may reach it
-	produced, err = h(msg)
+	produced, err = ob.run(h, msg)
 	if err != nil {
 		return nil, false, err
 	}
@@ -175,15 +185,24 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
 	}
 	defer rollback() // runs on a panic too
-	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h)
+	ob := i.observe(msg, consumer, id, ModeJoined)
+	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback()
-		return produced, i.settle(msg, consumer, err)
+		err = i.settle(msg, consumer, err)
+		ob.finish(err)
+		return produced, err
 	}
-	if _, err := tx.ExecContext(ctx, releaseSavepointSQL); err != nil {
-		return nil, fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)
+	start := time.Now()
+	_, err = tx.ExecContext(ctx, releaseSavepointSQL)
+	ob.commitDone(start, err)
+	if err != nil {
+		err = fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)
+		ob.finish(err)
+		return nil, err
 	}
 	ended = true
+	ob.finish(nil)
 	return produced, nil
 }
 
@@ -191,13 +210,13 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 // messages go out again, and a dead-lettered one is acked. A row lease mode left free (released, or with an
 // expired lease) is taken over and claimed reports true: a consumer may switch modes, and neither mode leaves the
 // other a row it cannot finish. A live lease is waited for.
-func (i *Inbox) existing(msg *message.Message, tx *sql.Tx, consumer, id, state string) (claimed bool, produced []*message.Message, err error) {
+func (i *Inbox) existing(msg *message.Message, tx *sql.Tx, consumer, id, state string, ob *observed) (claimed bool, produced []*message.Message, err error) {
 	ctx := msg.Context()
 	current, produced, err := i.store.produced(ctx, tx, consumer, id)
 	if err != nil {
 		return false, nil, err
 	}
-	if done, err := i.skipped(msg, consumer, id, current); done {
+	if done, err := i.skipped(msg, consumer, id, current, ob); done {
 		return false, produced, err
 	}
 	if current == stateReleased || current == stateProcessing {
@@ -215,11 +234,11 @@ func (i *Inbox) existing(msg *message.Message, tx *sql.Tx, consumer, id, state s
 
 // skipped reports whether a row in state ends the message without running the handler: 'done' (a duplicate) or
 // 'failed' (dead-lettered by lease mode).
-func (i *Inbox) skipped(msg *message.Message, consumer, id, state string) (bool, error) {
+func (i *Inbox) skipped(msg *message.Message, consumer, id, state string, ob *observed) (bool, error) {
 	switch state {
 	case stateDone:
 		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
-		i.cfg.observer.DuplicateSkipped(consumer)
+		ob.skipped()
 		return true, nil
 	case stateFailed:
 		i.cfg.logger.Info("skipped dead-lettered message", logFields(msg, consumer, id))
@@ -234,7 +253,7 @@ func (i *Inbox) skipped(msg *message.Message, consumer, id, state string) (bool,
 // second consumer group sharing this consumer name, or a copy consumed elsewhere). Every redelivery in this
 // transaction would fail the same way until the subscriber's ack deadline, so the row is read outside the snapshot
 // instead: a finished row makes the message a duplicate, as it would be had the other commit come first.
-func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause error) ([]*message.Message, bool, error) {
+func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause error, ob *observed) ([]*message.Message, bool, error) {
 	ctx := msg.Context()
 	state, produced, err := i.store.committed(ctx, i.db, consumer, id)
 	if err != nil {
@@ -242,7 +261,7 @@ func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause e
 	}
 	i.cfg.logger.Debug("Inbox claim conflicts with a row committed after the subscriber's snapshot; read it outside",
 		logFields(msg, consumer, id).Add(watermill.LogFields{"state": state}))
-	if done, err := i.skipped(msg, consumer, id, state); done {
+	if done, err := i.skipped(msg, consumer, id, state, ob); done {
 		return produced, true, err
 	}
 	err = fmt.Errorf("%w: %s/%s is %s, claimed after this subscriber's snapshot", ErrLeaseHeld, consumer, id, state)

@@ -1,36 +1,351 @@
 package inbox
 
-// Observer is told what the inbox does, for metrics. The inbox calls it on the message's goroutine, so its methods
-// must be cheap and safe for concurrent use. Embed NopObserver to implement only some methods and to keep
-// compiling when Observer gains one. The prommetrics package implements it with Prometheus counters.
+import (
+	"context"
+	"errors"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Observer is told what the inbox does, for metrics and traces. Each hook takes the context of the message (or of
+// the cleanup) and an event struct, so that an event can gain fields without breaking implementations. The inbox
+// calls it on the message's goroutine, so its methods must be cheap and safe for concurrent use. Embed NopObserver
+// to implement only some hooks and to keep compiling when Observer gains one. The prommetrics package implements
+// it with Prometheus metrics, and the otelinbox module with OpenTelemetry metrics and spans.
+//
+// A claimed message is bracketed: Claimed is called when its row is claimed, before the handler runs, and Finished
+// exactly once when the inbox is done with it, whatever the outcome. Claimed returns the context for the rest of
+// the message's way: the handler runs with it (so a span started in Claimed is the parent of the handler's spans),
+// and Committed, LeaseLost and Finished of the same message are called with it.
 type Observer interface {
-	// Claimed is called when a message is claimed for consumer, before its handler runs.
-	Claimed(consumer string)
-	// DuplicateSkipped is called when a message of consumer was applied before and its handler is skipped.
-	DuplicateSkipped(consumer string)
-	// DeadLettered is called when a message of consumer is published to the dead-letter topic. reason is a short,
-	// bounded label (such as "missing_id" or "attempts_exhausted"), fit for a metric label.
-	DeadLettered(consumer, reason string)
+	// Claimed is called when a message's row is claimed for its consumer, before the handler runs. It returns ctx,
+	// or a context derived from it, for the handler and the message's later hooks; nil stands for ctx.
+	Claimed(ctx context.Context, e ClaimEvent) context.Context
+	// Committed is called when the inbox ends a claimed message's transaction, its effect included, whether the
+	// commit worked or not (see CommitEvent).
+	Committed(ctx context.Context, e CommitEvent)
+	// Finished is called once for every Claimed, when the inbox is done with the message: committed, failed or
+	// dead-lettered.
+	Finished(ctx context.Context, e FinishEvent)
+	// DuplicateSkipped is called when a message of a consumer was applied before and its handler is skipped. No
+	// Claimed precedes it.
+	DuplicateSkipped(ctx context.Context, e SkipEvent)
+	// DeadLettered is called when a message is published to the dead-letter topic.
+	DeadLettered(ctx context.Context, e DeadLetterEvent)
+	// Nacked is called when the inbox holds a message back itself, nacking it after the reject delay: a message it
+	// cannot apply and may not dead-letter (no dead-letter topic, or publishing there failed), or any message while
+	// the schema or the configuration is at fault. Such nacks repeat until someone acts: alert on them.
+	Nacked(ctx context.Context, e NackEvent)
 	// LeaseTakenOver is called in lease mode when a consumer takes over an expired lease of another holder.
-	LeaseTakenOver(consumer string)
-	// RowsCleaned is called after a cleanup batch deleted n inbox rows.
-	RowsCleaned(n int64)
+	LeaseTakenOver(ctx context.Context, e LeaseEvent)
+	// LeaseLost is called in lease mode when a holder's write is refused because its lease ran out and another
+	// holder took the message over: the holder's result is not recorded, and the new holder runs the handler again.
+	LeaseLost(ctx context.Context, e LeaseEvent)
+	// RowsCleaned is called after a cleanup batch deleted inbox rows of one consumer.
+	RowsCleaned(ctx context.Context, e CleanupEvent)
+}
+
+// Mode says how the inbox applies a message, for a metric label.
+type Mode string
+
+const (
+	// ModeTransaction is the default mode: the claim and the handler's effect commit in one transaction of the
+	// inbox's.
+	ModeTransaction Mode = "transaction"
+	// ModeJoined is the transaction mode inside watermill-sql's subscriber transaction (WithSubscriberTx), which
+	// that subscriber commits after the ack.
+	ModeJoined Mode = "joined"
+	// ModeLease is lease mode (WithLease): the claim records a lease, and the row is marked done after the handler.
+	ModeLease Mode = "lease"
+)
+
+// Outcome says how a claimed message ended, for a metric label.
+type Outcome string
+
+const (
+	// OutcomeCommitted is a message whose effect is durable (in ModeJoined: handed to the subscriber's commit).
+	OutcomeCommitted Outcome = "committed"
+	// OutcomeFailed is a message whose handler or whose inbox statements failed: its effect was rolled back, or in
+	// lease mode its lease released or left to run out, and the message is nacked.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeDeadLettered is a message the inbox will not run again: dead-lettered, and acked.
+	OutcomeDeadLettered Outcome = "dead_lettered"
+	// OutcomeLeaseLost is a lease-mode message whose lease was taken over before its holder could record the
+	// result; the message is nacked, and the new holder's attempt counts.
+	OutcomeLeaseLost Outcome = "lease_lost"
+)
+
+// ClaimEvent is a claimed message, before its handler runs.
+type ClaimEvent struct {
+	// Consumer is the consumer name the message is applied for.
+	Consumer string
+	// EventID is the message's event ID, as the inbox stores it.
+	EventID string
+	// Mode is how the message is applied.
+	Mode Mode
+	// Message is the message itself, to read metadata such as a trace context from. Do not change it.
+	Message *message.Message
+	// Attempt is, in lease mode, which attempt this is, from 1; 1 in the other modes.
+	Attempt int
+	// Duration is how long the claim took, from its first statement until the row was the message's.
+	Duration time.Duration
+}
+
+// CommitEvent is the end of a claimed message's transaction. In ModeTransaction it is the commit of the inbox's
+// transaction; in ModeJoined the release of the inbox's savepoint, after which watermill-sql's subscriber commits
+// on its own; in ModeLease the short transaction that marks the row done.
+type CommitEvent struct {
+	// Consumer is the consumer name the message is applied for.
+	Consumer string
+	// EventID is the message's event ID, as the inbox stores it.
+	EventID string
+	// Mode is how the message is applied.
+	Mode Mode
+	// Message is the message itself. Do not change it.
+	Message *message.Message
+	// Duration is how long the commit took (wall clock).
+	Duration time.Duration
+	// Err is why the commit failed, or nil. In lease mode it wraps ErrLeaseLost when the lease was taken over.
+	Err error
+}
+
+// FinishEvent is the end of a claimed message's way through the inbox.
+type FinishEvent struct {
+	// Consumer is the consumer name the message is applied for.
+	Consumer string
+	// EventID is the message's event ID, as the inbox stores it.
+	EventID string
+	// Mode is how the message is applied.
+	Mode Mode
+	// Message is the message itself. Do not change it.
+	Message *message.Message
+	// Outcome is how the message ended.
+	Outcome Outcome
+	// Err is the error the inbox returns to the router (the message is then nacked), or nil.
+	Err error
+	// Duration is how long the message took from its claim on: claim, handler, commit, and any reject delay.
+	Duration time.Duration
+}
+
+// SkipEvent is a copy of a message its consumer applied before, skipped without running the handler.
+type SkipEvent struct {
+	// Consumer is the consumer name the message is applied for.
+	Consumer string
+	// EventID is the message's event ID, as the inbox stores it.
+	EventID string
+	// Mode is how the message is applied.
+	Mode Mode
+	// Message is the message itself. Do not change it.
+	Message *message.Message
+	// Duration is how long the claim took to find the message applied.
+	Duration time.Duration
+}
+
+// DeadLetterEvent is a message published to the dead-letter topic.
+type DeadLetterEvent struct {
+	// Consumer is the consumer name the message was to be applied for; empty when there was none (no_consumer).
+	Consumer string
+	// Mode is how the message was to be applied.
+	Mode Mode
+	// Message is the message itself. Do not change it.
+	Message *message.Message
+	// Reason is a short, bounded label, fit for a metric: "missing_id", "invalid_id", "attempts_exhausted",
+	// "no_consumer", "unstorable_produced" or "other".
+	Reason string
+}
+
+// NackEvent is a message the inbox held back for the reject delay (see Observer.Nacked).
+type NackEvent struct {
+	// Consumer is the consumer name the message was to be applied for; empty when there was none.
+	Consumer string
+	// Mode is how the message was to be applied.
+	Mode Mode
+	// Message is the message itself. Do not change it.
+	Message *message.Message
+	// Reason is a short, bounded label, fit for a metric: one of DeadLetterEvent's reasons when the message could
+	// not be applied and there is no dead-letter topic; "dead_letter_failed" when publishing to it failed;
+	// "schema" when the inbox table is missing or not of the shape the inbox needs; "config" for a configuration
+	// fault, such as a handler name that cannot be a consumer name; "database" when checking the schema failed.
+	Reason string
+	// Delay is how long the message is held before the nack (the reject delay).
+	Delay time.Duration
+	// Err is the error the nack returns to the router.
+	Err error
+}
+
+// LeaseEvent is a lease taken over or lost, in lease mode.
+type LeaseEvent struct {
+	// Consumer is the consumer name the message is applied for.
+	Consumer string
+	// EventID is the message's event ID, as the inbox stores it.
+	EventID string
+	// Mode is how the message is applied: ModeLease.
+	Mode Mode
+	// Message is the message itself. Do not change it.
+	Message *message.Message
+	// Attempt is the attempt of the holder that took the lease over, or that lost it, from 1.
+	Attempt int
+}
+
+// CleanupEvent is one cleanup batch that deleted rows.
+type CleanupEvent struct {
+	// Table is the inbox table's name.
+	Table string
+	// Consumer is the consumer whose rows the batch deleted.
+	Consumer string
+	// Rows is how many rows the batch deleted.
+	Rows int64
 }
 
 // NopObserver is an Observer that does nothing: the default, and a base to embed.
 type NopObserver struct{}
 
-// Claimed does nothing.
-func (NopObserver) Claimed(string) {}
+// Claimed returns ctx.
+func (NopObserver) Claimed(ctx context.Context, _ ClaimEvent) context.Context { return ctx }
+
+// Committed does nothing.
+func (NopObserver) Committed(context.Context, CommitEvent) {}
+
+// Finished does nothing.
+func (NopObserver) Finished(context.Context, FinishEvent) {}
 
 // DuplicateSkipped does nothing.
-func (NopObserver) DuplicateSkipped(string) {}
+func (NopObserver) DuplicateSkipped(context.Context, SkipEvent) {}
 
 // DeadLettered does nothing.
-func (NopObserver) DeadLettered(string, string) {}
+func (NopObserver) DeadLettered(context.Context, DeadLetterEvent) {}
+
+// Nacked does nothing.
+func (NopObserver) Nacked(context.Context, NackEvent) {}
 
 // LeaseTakenOver does nothing.
-func (NopObserver) LeaseTakenOver(string) {}
+func (NopObserver) LeaseTakenOver(context.Context, LeaseEvent) {}
+
+// LeaseLost does nothing.
+func (NopObserver) LeaseLost(context.Context, LeaseEvent) {}
 
 // RowsCleaned does nothing.
-func (NopObserver) RowsCleaned(int64) {}
+func (NopObserver) RowsCleaned(context.Context, CleanupEvent) {}
+
+// observed follows one message through the observer, so that its hooks carry the same consumer, ID and mode, and
+// its end events the context Claimed returned.
+type observed struct {
+	obs          Observer
+	msg          *message.Message
+	consumer, id string
+	mode         Mode
+	claimStart   time.Time       // when the claim's first statement began
+	claimedAt    time.Time       // when Claimed was called; zero until then
+	ctx          context.Context // what Claimed returned
+	committed    bool            // a commit worked
+	finished     bool
+}
+
+func (i *Inbox) observe(msg *message.Message, consumer, id string, mode Mode) *observed {
+	return &observed{obs: i.cfg.observer, msg: msg, consumer: consumer, id: id, mode: mode}
+}
+
+// claiming notes that the claim's first statement begins now.
+func (o *observed) claiming() { o.claimStart = time.Now() }
+
+// claimed calls Claimed and returns the context the message goes on with.
+func (o *observed) claimed(attempt int) context.Context {
+	o.claimedAt = time.Now()
+	ctx := o.msg.Context()
+	o.ctx = o.obs.Claimed(ctx, ClaimEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+		Attempt: attempt, Duration: o.claimedAt.Sub(o.claimStart)})
+	if o.ctx == nil {
+		o.ctx = ctx
+	}
+	return o.ctx
+}
+
+func (o *observed) skipped() {
+	o.obs.DuplicateSkipped(o.msg.Context(), SkipEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+		Duration: time.Since(o.claimStart)})
+}
+
+// commitDone reports a commit that began at start and ended with err.
+func (o *observed) commitDone(start time.Time, err error) {
+	o.committed = err == nil
+	o.obs.Committed(o.context(), CommitEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+		Duration: time.Since(start), Err: err})
+}
+
+// finish calls Finished with the outcome that err, the error returned to the router, stands for. It does nothing
+// for a message that was not claimed, or the second time.
+func (o *observed) finish(err error) {
+	if o.claimedAt.IsZero() || o.finished {
+		return
+	}
+	o.finished = true
+	outcome := OutcomeFailed
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		outcome = OutcomeLeaseLost
+	case err == nil && o.committed:
+		outcome = OutcomeCommitted
+	case err == nil:
+		outcome = OutcomeDeadLettered // acked without a commit of the effect: only a dead letter does that
+	}
+	o.obs.Finished(o.context(), FinishEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+		Outcome: outcome, Err: err, Duration: time.Since(o.claimedAt)})
+}
+
+// run runs h, and finishes the message as failed should h panic, so that a span begun at the claim still ends.
+func (o *observed) run(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	panicked := true
+	defer func() {
+		if panicked {
+			o.finish(errHandlerPanicked)
+		}
+	}()
+	out, err := h(msg)
+	panicked = false
+	return out, err
+}
+
+var errHandlerPanicked = errors.New("inbox: the handler panicked")
+
+func (o *observed) context() context.Context {
+	if o.ctx != nil {
+		return o.ctx
+	}
+	return o.msg.Context()
+}
+
+// modeOf returns how the inbox applies msg.
+func (i *Inbox) modeOf(msg *message.Message) Mode {
+	if i.cfg.lease > 0 {
+		return ModeLease
+	}
+	if _, ok := wsql.TxFromContext(msg.Context()); ok && i.cfg.subscriberTx {
+		return ModeJoined
+	}
+	return ModeTransaction
+}
+
+// nacked reports a message held back for the reject delay.
+func (i *Inbox) nacked(msg *message.Message, consumer, reason string, err error) {
+	i.cfg.observer.Nacked(msg.Context(), NackEvent{Consumer: consumer, Mode: i.modeOf(msg), Message: msg,
+		Reason: reason, Delay: i.cfg.rejectDelay, Err: err})
+}
+
+// deadLettered reports a message published to the dead-letter topic.
+func (i *Inbox) deadLettered(msg *message.Message, consumer string, cause error) {
+	i.cfg.observer.DeadLettered(msg.Context(), DeadLetterEvent{Consumer: consumer, Mode: i.modeOf(msg), Message: msg,
+		Reason: reasonLabel(cause)})
+}
+
+// holdBackReason names why the inbox holds every message back, for a metric label.
+func holdBackReason(err error) string {
+	switch {
+	case errors.Is(err, ErrInvalidOption):
+		return "config"
+	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrSchemaDrift):
+		return "schema"
+	}
+	return "database"
+}

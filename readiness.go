@@ -37,6 +37,11 @@ func (i *Inbox) holdBack(msg *message.Message, err error) error {
 	}
 	i.cfg.logger.Error("Inbox cannot apply messages; nacking after the reject delay", err,
 		watermill.LogFields{"message_uuid": msg.UUID, "table": i.cfg.table, "handler": message.HandlerNameFromCtx(ctx)})
+	consumer := i.cfg.consumer
+	if consumer == "" {
+		consumer = message.HandlerNameFromCtx(ctx)
+	}
+	i.nacked(msg, consumer, holdBackReason(err), err)
 	return sleepThen(ctx, i.cfg.rejectDelay, err)
 }
 

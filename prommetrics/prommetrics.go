@@ -9,15 +9,25 @@
 //	...
 //	ib, err := inbox.New(db, inbox.WithTable("billing_inbox"), inbox.WithObserver(obs))
 //
-// The metrics:
+// The metrics (durations in seconds):
 //
-//	watermill_inbox_claims_total{consumer}                 messages claimed, before the handler ran
-//	watermill_inbox_duplicates_skipped_total{consumer}     copies of applied messages, skipped
-//	watermill_inbox_dead_letters_total{consumer,reason}    messages dead-lettered, by reason
-//	watermill_inbox_lease_takeovers_total{consumer}        expired leases taken over (lease mode)
-//	watermill_inbox_rows_cleaned_total                     rows deleted by the cleanup
-//	watermill_inbox_oldest_row_age_seconds{consumer}       how far back the inbox remembers (RegisterOldestRowAge)
-//	watermill_inbox_oldest_row_age_errors_total            scrapes whose oldest-row query failed
+//	watermill_inbox_claims_total{consumer,mode}                    messages claimed, before the handler ran
+//	watermill_inbox_claim_duration_seconds{consumer,mode}          how long claims took, duplicates' included
+//	watermill_inbox_duplicates_skipped_total{consumer,mode}        copies of applied messages, skipped
+//	watermill_inbox_commit_duration_seconds{consumer,mode}         how long commits took, failed ones included
+//	watermill_inbox_commit_failures_total{consumer,mode}           commits that failed
+//	watermill_inbox_finished_total{consumer,mode,outcome}          claimed messages by how they ended
+//	watermill_inbox_dead_letters_total{consumer,reason}            messages dead-lettered, by reason
+//	watermill_inbox_nacks_total{consumer,reason}                   messages held back for the reject delay, by reason
+//	watermill_inbox_lease_takeovers_total{consumer}                expired leases taken over (lease mode)
+//	watermill_inbox_leases_lost_total{consumer}                    holders whose lease was taken over (lease mode)
+//	watermill_inbox_rows_cleaned_total{consumer}                   rows deleted by the cleanup
+//	watermill_inbox_oldest_row_age_seconds{consumer}               how far back the inbox remembers (RegisterOldestRowAge)
+//	watermill_inbox_oldest_row_age_errors_total                    scrapes whose oldest-row query failed
+//
+// Alert on watermill_inbox_nacks_total, watermill_inbox_leases_lost_total and
+// watermill_inbox_commit_failures_total: each counts something that repeats until someone acts, or that made a
+// handler's work count for nothing.
 package prommetrics
 
 import (
@@ -36,71 +46,125 @@ import (
 // the whole scrape.
 const DefaultQueryTimeout = 5 * time.Second
 
-// Observer is an inbox.Observer that counts what the inbox does in Prometheus counters. Build it with NewObserver
-// and pass it to inbox.WithObserver. It is safe for concurrent use; one Observer may serve several Inboxes and
-// Cleaners of one table.
+// Observer is an inbox.Observer that exports what the inbox does as Prometheus counters and histograms. Build it
+// with NewObserver and pass it to inbox.WithObserver. It is safe for concurrent use; one Observer may serve several
+// Inboxes and Cleaners of one table.
 type Observer struct {
-	claims      *prometheus.CounterVec
-	duplicates  *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	takeovers   *prometheus.CounterVec
-	cleaned     prometheus.Counter
+	claims         *prometheus.CounterVec
+	claimDuration  *prometheus.HistogramVec
+	duplicates     *prometheus.CounterVec
+	commitDuration *prometheus.HistogramVec
+	commitFailures *prometheus.CounterVec
+	finished       *prometheus.CounterVec
+	deadLetters    *prometheus.CounterVec
+	nacks          *prometheus.CounterVec
+	takeovers      *prometheus.CounterVec
+	leasesLost     *prometheus.CounterVec
+	cleaned        *prometheus.CounterVec
 }
 
 var _ inbox.Observer = (*Observer)(nil)
 
-// NewObserver creates the inbox's counters and registers them on reg. It fails if reg already has them, as when
+// DurationBuckets are the upper bounds, in seconds, of the claim and commit duration histograms: from half a
+// millisecond, a claim on a local database, to ten seconds, a database that is struggling.
+var DurationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// NewObserver creates the inbox's metrics and registers them on reg. It fails if reg already has them, as when
 // NewObserver is called twice with one registry: share the first Observer instead.
 func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("prommetrics: NewObserver: the registerer is nil")
 	}
-	o := &Observer{
-		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "watermill_inbox_claims_total",
-			Help: "Messages the inbox claimed for a consumer, counted before the handler ran.",
-		}, []string{"consumer"}),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "watermill_inbox_duplicates_skipped_total",
-			Help: "Copies of messages a consumer had applied before, skipped without running the handler.",
-		}, []string{"consumer"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "watermill_inbox_dead_letters_total",
-			Help: "Messages published to the dead-letter topic, by reason (missing_id, invalid_id, attempts_exhausted, ...).",
-		}, []string{"consumer", "reason"}),
-		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "watermill_inbox_lease_takeovers_total",
-			Help: "Lease-mode messages taken over from a holder whose lease had expired: it died or hung mid-handler.",
-		}, []string{"consumer"}),
-		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "watermill_inbox_rows_cleaned_total",
-			Help: "Inbox rows deleted by the cleanup after their retention ran out.",
-		}),
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
-	for _, c := range []prometheus.Collector{o.claims, o.duplicates, o.deadLetters, o.takeovers, o.cleaned} {
+	histogram := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: DurationBuckets}, labels)
+	}
+	o := &Observer{
+		claims: counter("watermill_inbox_claims_total",
+			"Messages the inbox claimed for a consumer, counted before the handler ran.", "consumer", "mode"),
+		claimDuration: histogram("watermill_inbox_claim_duration_seconds",
+			"How long the inbox took to claim a message, or to find it applied before, in seconds.", "consumer", "mode"),
+		duplicates: counter("watermill_inbox_duplicates_skipped_total",
+			"Copies of messages a consumer had applied before, skipped without running the handler.", "consumer", "mode"),
+		commitDuration: histogram("watermill_inbox_commit_duration_seconds",
+			"How long the commit of a claimed message took, failed commits included, in seconds.", "consumer", "mode"),
+		commitFailures: counter("watermill_inbox_commit_failures_total",
+			"Commits of claimed messages that failed: the effect was not recorded, and the message is nacked.", "consumer", "mode"),
+		finished: counter("watermill_inbox_finished_total",
+			"Claimed messages by how they ended (committed, failed, dead_lettered, lease_lost).", "consumer", "mode", "outcome"),
+		deadLetters: counter("watermill_inbox_dead_letters_total",
+			"Messages published to the dead-letter topic, by reason (missing_id, invalid_id, attempts_exhausted, ...).", "consumer", "reason"),
+		nacks: counter("watermill_inbox_nacks_total",
+			"Messages the inbox held back for the reject delay, by reason: unusable ones without a dead-letter topic "+
+				"(missing_id, attempts_exhausted, ...), dead_letter_failed, schema, config, database.", "consumer", "reason"),
+		takeovers: counter("watermill_inbox_lease_takeovers_total",
+			"Lease-mode messages taken over from a holder whose lease had expired: it died or hung mid-handler.", "consumer"),
+		leasesLost: counter("watermill_inbox_leases_lost_total",
+			"Lease-mode holders whose write was refused because their lease had been taken over: their result is lost.", "consumer"),
+		cleaned: counter("watermill_inbox_rows_cleaned_total",
+			"Inbox rows deleted by the cleanup after their retention ran out.", "consumer"),
+	}
+	for _, c := range []prometheus.Collector{o.claims, o.claimDuration, o.duplicates, o.commitDuration, o.commitFailures,
+		o.finished, o.deadLetters, o.nacks, o.takeovers, o.leasesLost, o.cleaned} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("prommetrics: register the inbox's counters: %w", err)
+			return nil, fmt.Errorf("prommetrics: register the inbox's metrics: %w", err)
 		}
 	}
 	return o, nil
 }
 
-// Claimed counts a claim of consumer.
-func (o *Observer) Claimed(consumer string) { o.claims.WithLabelValues(consumer).Inc() }
-
-// DuplicateSkipped counts a skipped duplicate of consumer.
-func (o *Observer) DuplicateSkipped(consumer string) { o.duplicates.WithLabelValues(consumer).Inc() }
-
-// DeadLettered counts a dead letter of consumer for reason.
-func (o *Observer) DeadLettered(consumer, reason string) {
-	o.deadLetters.WithLabelValues(consumer, reason).Inc()
+// Claimed counts a claim and observes how long it took.
+func (o *Observer) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Context {
+	o.claims.WithLabelValues(e.Consumer, string(e.Mode)).Inc()
+	o.claimDuration.WithLabelValues(e.Consumer, string(e.Mode)).Observe(e.Duration.Seconds())
+	return ctx
 }
 
-// LeaseTakenOver counts a takeover of an expired lease of consumer.
-func (o *Observer) LeaseTakenOver(consumer string) { o.takeovers.WithLabelValues(consumer).Inc() }
+// DuplicateSkipped counts a skipped duplicate and observes how long its claim took.
+func (o *Observer) DuplicateSkipped(_ context.Context, e inbox.SkipEvent) {
+	o.duplicates.WithLabelValues(e.Consumer, string(e.Mode)).Inc()
+	o.claimDuration.WithLabelValues(e.Consumer, string(e.Mode)).Observe(e.Duration.Seconds())
+}
 
-// RowsCleaned adds n to the rows deleted by the cleanup.
-func (o *Observer) RowsCleaned(n int64) { o.cleaned.Add(float64(n)) }
+// Committed observes how long a commit took, and counts it if it failed.
+func (o *Observer) Committed(_ context.Context, e inbox.CommitEvent) {
+	o.commitDuration.WithLabelValues(e.Consumer, string(e.Mode)).Observe(e.Duration.Seconds())
+	if e.Err != nil {
+		o.commitFailures.WithLabelValues(e.Consumer, string(e.Mode)).Inc()
+	}
+}
+
+// Finished counts a claimed message by its outcome.
+func (o *Observer) Finished(_ context.Context, e inbox.FinishEvent) {
+	o.finished.WithLabelValues(e.Consumer, string(e.Mode), string(e.Outcome)).Inc()
+}
+
+// DeadLettered counts a dead letter by its reason.
+func (o *Observer) DeadLettered(_ context.Context, e inbox.DeadLetterEvent) {
+	o.deadLetters.WithLabelValues(e.Consumer, e.Reason).Inc()
+}
+
+// Nacked counts a message held back by its reason.
+func (o *Observer) Nacked(_ context.Context, e inbox.NackEvent) {
+	o.nacks.WithLabelValues(e.Consumer, e.Reason).Inc()
+}
+
+// LeaseTakenOver counts a takeover of an expired lease.
+func (o *Observer) LeaseTakenOver(_ context.Context, e inbox.LeaseEvent) {
+	o.takeovers.WithLabelValues(e.Consumer).Inc()
+}
+
+// LeaseLost counts a holder that lost its lease.
+func (o *Observer) LeaseLost(_ context.Context, e inbox.LeaseEvent) {
+	o.leasesLost.WithLabelValues(e.Consumer).Inc()
+}
+
+// RowsCleaned adds the rows a cleanup batch deleted.
+func (o *Observer) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
+	o.cleaned.WithLabelValues(e.Consumer).Add(float64(e.Rows))
+}
 
 // RegisterOldestRowAge registers on reg a collector that, at every scrape, asks the database how far back the
 // inbox remembers (inbox.Remembers) and exports it per consumer as watermill_inbox_oldest_row_age_seconds. The

@@ -51,53 +51,126 @@ func msgWithID(id string) *message.Message {
 	return msg
 }
 
-func TestObserver_CountsWhatTheInboxReportsOnTheGivenRegistry(t *testing.T) {
+// deadLetters is a dead-letter publisher that keeps nothing.
+type deadLetters struct{}
+
+func (deadLetters) Publish(string, ...*message.Message) error { return nil }
+func (deadLetters) Close() error                              { return nil }
+
+func TestObserver_ExportsEveryEventOfRealInboxWorkOnTheGivenRegistry(t *testing.T) {
 	db, table := openTable(t)
 	reg := prometheus.NewPedanticRegistry()
 	obs, err := prommetrics.NewObserver(reg)
 	require.NoError(t, err)
+	noop := func(*message.Message) ([]*message.Message, error) { return nil, nil }
 
-	ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"), inbox.WithObserver(obs))
+	// Transaction mode: two claims and a duplicate, then a message without an ID, dead-lettered.
+	ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"), inbox.WithObserver(obs),
+		inbox.WithDeadLetter(deadLetters{}, "dlq"))
 	require.NoError(t, err)
-	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	for _, id := range []string{"evt-1", "evt-1", "evt-2"} {
-		_, err := h(msgWithID(id))
+		_, err := ib.Middleware(noop)(msgWithID(id))
 		require.NoError(t, err)
 	}
-	obs.DeadLettered("wallet-credits", "missing_id")
-	obs.LeaseTakenOver("payments")
+	_, err = ib.Middleware(noop)(message.NewMessage(watermill.NewUUID(), nil))
+	require.NoError(t, err)
+
+	// Without a dead-letter topic the message without an ID is nacked instead.
+	ib, err = inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"), inbox.WithObserver(obs),
+		inbox.WithRejectDelay(time.Millisecond))
+	require.NoError(t, err)
+	_, err = ib.Middleware(noop)(message.NewMessage(watermill.NewUUID(), nil))
+	require.ErrorIs(t, err, inbox.ErrMissingEventID)
+
+	// Lease mode: a takeover of a dead holder's lease, and a holder that loses its lease to another.
+	ib, err = inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("payments"), inbox.WithObserver(obs),
+		inbox.WithLease(time.Minute))
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO `+table+` (consumer, message_id, state, attempts, lease_token, locked_until)
+		VALUES ('payments', 'pay-1', 'processing', 1, $1, now() - interval '1 second')`, watermill.NewUUID())
+	require.NoError(t, err)
+	_, err = ib.Middleware(noop)(msgWithID("pay-1"))
+	require.NoError(t, err)
+	_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+		_, err := db.Exec(`UPDATE `+table+` SET lease_token = $1 WHERE message_id = 'pay-2'`, watermill.NewUUID())
+		return nil, err
+	})(msgWithID("pay-2"))
+	require.ErrorIs(t, err, inbox.ErrLeaseLost)
+
+	// Cleanup of two consumers' expired rows.
 	_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
-		SELECT 'wallet-credits', 'old-' || g, now() - interval '30 days' FROM generate_series(1, 25) g`)
+		SELECT c, c || '-old-' || g, now() - interval '30 days'
+		FROM (VALUES ('wallet-credits', 25), ('archive', 4)) AS v(c, n), generate_series(1, n) g`)
 	require.NoError(t, err)
 	_, err = inbox.Cleanup(context.Background(), db, inbox.CleanupParams{BatchSize: 10}, inbox.WithTable(table), inbox.WithObserver(obs))
 	require.NoError(t, err)
 
+	value := func(name string, labels ...string) float64 {
+		t.Helper()
+		return sample(t, reg, name, labels)
+	}
+	require.Equal(t, 2.0, value("watermill_inbox_claims_total", "consumer", "wallet-credits", "mode", "transaction"))
+	require.Equal(t, 2.0, value("watermill_inbox_claims_total", "consumer", "payments", "mode", "lease"))
+	require.Equal(t, 1.0, value("watermill_inbox_duplicates_skipped_total", "consumer", "wallet-credits", "mode", "transaction"))
+	require.Equal(t, 3.0, value("watermill_inbox_claim_duration_seconds", "consumer", "wallet-credits", "mode", "transaction"),
+		"claims and duplicates are timed alike")
+	require.Equal(t, 2.0, value("watermill_inbox_commit_duration_seconds", "consumer", "wallet-credits", "mode", "transaction"))
+	require.Equal(t, 2.0, value("watermill_inbox_commit_duration_seconds", "consumer", "payments", "mode", "lease"))
+	require.Equal(t, 1.0, value("watermill_inbox_commit_failures_total", "consumer", "payments", "mode", "lease"))
+	require.Equal(t, 2.0, value("watermill_inbox_finished_total", "consumer", "wallet-credits", "mode", "transaction", "outcome", "committed"))
+	require.Equal(t, 1.0, value("watermill_inbox_finished_total", "consumer", "payments", "mode", "lease", "outcome", "committed"))
+	require.Equal(t, 1.0, value("watermill_inbox_finished_total", "consumer", "payments", "mode", "lease", "outcome", "lease_lost"))
+	require.Equal(t, 1.0, value("watermill_inbox_dead_letters_total", "consumer", "wallet-credits", "reason", "missing_id"))
+	require.Equal(t, 1.0, value("watermill_inbox_nacks_total", "consumer", "wallet-credits", "reason", "missing_id"))
+	require.Equal(t, 1.0, value("watermill_inbox_lease_takeovers_total", "consumer", "payments"))
+	require.Equal(t, 1.0, value("watermill_inbox_leases_lost_total", "consumer", "payments"))
+	require.Equal(t, 25.0, value("watermill_inbox_rows_cleaned_total", "consumer", "wallet-credits"))
+	require.Equal(t, 4.0, value("watermill_inbox_rows_cleaned_total", "consumer", "archive"))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP watermill_inbox_claims_total Messages the inbox claimed for a consumer, counted before the handler ran.
-# TYPE watermill_inbox_claims_total counter
-watermill_inbox_claims_total{consumer="wallet-credits"} 2
-# HELP watermill_inbox_duplicates_skipped_total Copies of messages a consumer had applied before, skipped without running the handler.
-# TYPE watermill_inbox_duplicates_skipped_total counter
-watermill_inbox_duplicates_skipped_total{consumer="wallet-credits"} 1
-# HELP watermill_inbox_dead_letters_total Messages published to the dead-letter topic, by reason (missing_id, invalid_id, attempts_exhausted, ...).
-# TYPE watermill_inbox_dead_letters_total counter
-watermill_inbox_dead_letters_total{consumer="wallet-credits",reason="missing_id"} 1
-# HELP watermill_inbox_lease_takeovers_total Lease-mode messages taken over from a holder whose lease had expired: it died or hung mid-handler.
-# TYPE watermill_inbox_lease_takeovers_total counter
-watermill_inbox_lease_takeovers_total{consumer="payments"} 1
-# HELP watermill_inbox_rows_cleaned_total Inbox rows deleted by the cleanup after their retention ran out.
-# TYPE watermill_inbox_rows_cleaned_total counter
-watermill_inbox_rows_cleaned_total 25
-`)))
+# HELP watermill_inbox_leases_lost_total Lease-mode holders whose write was refused because their lease had been taken over: their result is lost.
+# TYPE watermill_inbox_leases_lost_total counter
+watermill_inbox_leases_lost_total{consumer="payments"} 1
+`), "watermill_inbox_leases_lost_total"), "the pedantic registry accepts the metrics as exported")
 
 	_, err = prommetrics.NewObserver(reg)
-	require.Error(t, err, "a second set of the same counters on one registry is refused")
+	require.Error(t, err, "a second set of the same metrics on one registry is refused")
 
 	two := prometheus.NewPedanticRegistry()
 	for _, table := range []string{"billing_inbox", "shipping_inbox"} {
 		_, err = prommetrics.NewObserver(prometheus.WrapRegistererWith(prometheus.Labels{"table": table}, two))
 		require.NoError(t, err, "registerers wrapped with a label per table tell two tables apart")
 	}
+}
+
+// sample returns the value of the series of name with exactly labels (name, value pairs): a counter's value, or a
+// histogram's count of observations, which must all be positive.
+func sample(t *testing.T, g prometheus.Gatherer, name string, labels []string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel())*2 != len(labels) {
+				continue
+			}
+			for i, l := range m.GetLabel() {
+				if l.GetName() != labels[2*i] || l.GetValue() != labels[2*i+1] {
+					continue series
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				require.Positive(t, h.GetSampleSum(), "%s%v: every observed duration is above zero", name, labels)
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
 }
 
 func TestRegisterOldestRowAge(t *testing.T) {

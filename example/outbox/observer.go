@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"sync/atomic"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -14,6 +15,6 @@ type skipCounter struct {
 }
 
 // DuplicateSkipped counts one skipped copy.
-func (s *skipCounter) DuplicateSkipped(string) { s.skipped.Add(1) }
+func (s *skipCounter) DuplicateSkipped(context.Context, inbox.SkipEvent) { s.skipped.Add(1) }
 
 func (s *skipCounter) count() int64 { return s.skipped.Load() }

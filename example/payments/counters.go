@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 
@@ -14,29 +15,33 @@ import (
 type counters struct {
 	inbox.NopObserver
 	claimed, skipped, takenOver atomic.Int64
-	held, lost                  atomic.Int64 // see countLeaseErrors
+	held                        atomic.Int64 // see countLeaseErrors
+	lost                        atomic.Int64 // see LeaseLost
 }
 
 // Claimed counts one attempt that the inbox let run.
-func (c *counters) Claimed(string) { c.claimed.Add(1) }
+func (c *counters) Claimed(ctx context.Context, _ inbox.ClaimEvent) context.Context {
+	c.claimed.Add(1)
+	return ctx
+}
 
 // DuplicateSkipped counts one copy of a request that was already done.
-func (c *counters) DuplicateSkipped(string) { c.skipped.Add(1) }
+func (c *counters) DuplicateSkipped(context.Context, inbox.SkipEvent) { c.skipped.Add(1) }
 
 // LeaseTakenOver counts one attempt that started because an earlier holder's lease had run out.
-func (c *counters) LeaseTakenOver(string) { c.takenOver.Add(1) }
+func (c *counters) LeaseTakenOver(context.Context, inbox.LeaseEvent) { c.takenOver.Add(1) }
 
-// countLeaseErrors returns a router middleware, to install outside the inbox's, that counts the lease errors the
-// inbox returns: a copy sent back because another holder's lease was live (ErrLeaseHeld), and a holder whose
-// result was refused because its lease had been taken over (ErrLeaseLost). Both end in a nack and a redelivery.
+// LeaseLost counts one holder whose result was refused because its lease had been taken over.
+func (c *counters) LeaseLost(context.Context, inbox.LeaseEvent) { c.lost.Add(1) }
+
+// countLeaseErrors returns a router middleware, to install outside the inbox's, that counts the copies the inbox
+// sent back because another holder's lease was live (ErrLeaseHeld): a wait, not a fault, so the inbox reports it
+// to the router only, and it ends in a nack and a redelivery.
 func (c *counters) countLeaseErrors(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
-		switch {
-		case errors.Is(err, inbox.ErrLeaseHeld):
+		if errors.Is(err, inbox.ErrLeaseHeld) {
 			c.held.Add(1)
-		case errors.Is(err, inbox.ErrLeaseLost):
-			c.lost.Add(1)
 		}
 		return out, err
 	}
