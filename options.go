@@ -161,8 +161,9 @@ func WithMaxAttempts(n int) Option {
 	return func(c *config) { c.maxAttempts, c.maxAttemptsSet = n, true }
 }
 
-// WithObserver reports what the inbox does (claims, skipped duplicates, dead letters, lease takeovers, cleaned
-// rows) to o, for metrics, instead of to NopObserver.
+// WithObserver reports what the inbox does to o, for metrics and tracing, instead of to NopObserver: claims and
+// their outcome, commits with their duration, skipped duplicates, dead letters, nacks without a dead-letter topic,
+// lease takeovers and lost leases, cleaned rows. See Observer.
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
 // tableNamePattern admits only names that mean the same quoted or unquoted, so the shipped SQL files and the
