@@ -322,7 +322,7 @@ func openRedis(ctx context.Context, addr string) (*redisMatrix, error) {
 	defer cancel()
 	if err := rc.Ping(pctx).Err(); err != nil {
 		rc.Close()
-		return nil, fmt.Errorf("Redis at %s does not answer (%v); start it with: %s", addr, err, startRedis)
+		return nil, fmt.Errorf("the Redis server at %s does not answer (%v); start it with: %s", addr, err, startRedis)
 	}
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rc}, watermill.NopLogger{})
 	if err != nil {
