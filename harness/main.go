@@ -44,8 +44,16 @@ Commands:
               10 ms handlers and with zero-work handlers, beside a ceiling: the inbox's claim-plus-credit
               transaction driven straight at PostgreSQL by one goroutine per partition.
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
+  transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
+              (watermill-amqp), NATS JetStream (watermill-nats), Redis Streams (watermill-redisstream),
+              watermill-sql v3's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a
+              --dup-rate share of them published again (same event ID, new message); the consumer subprocess is
+              SIGKILLed --kills times mid-stream and restarted, a last consumer drains the queue, and effects are
+              counted per event ID, with the inbox and without it. GoChannel's queue dies with its process, so its
+              cell has no kills: handlers run concurrently and republished copies race their originals.
   broker      Runs kfake, the in-process Kafka-protocol broker, until interrupted, and prints its address.
-  consume     The consumer subprocess the other commands start (not for direct use).
+  consume     The consumer subprocess the other commands start (not for direct use); consume-transport is the
+              transports command's.
 
 Each command prints progress to stderr and a markdown table to stdout, and writes its chart (SVG) and table
 to --out. Run 'harness <command> -h' for its flags. The broker is kfake in this process unless --brokers
@@ -74,6 +82,10 @@ func main() {
 		err = throughputCommand(ctx, args)
 	case "storage":
 		err = runStorage(args)
+	case "transports":
+		err = transportsCommand(ctx, args)
+	case "consume-transport":
+		err = consumeTransportCommand(args)
 	case "broker":
 		err = brokerCommand(ctx, args)
 	case "help", "-h", "-help", "--help":

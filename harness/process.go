@@ -27,11 +27,16 @@ type proc struct {
 // spawn starts `bin consume` with cfg. Its stderr goes to a log file under logDir, kept for evidence; each stdout
 // line is handed to onLine (which may be nil) from a goroutine of its own, in order.
 func spawn(bin, logDir string, cfg consumerConfig, onLine func(p *proc, line string)) (*proc, error) {
-	logf, err := os.Create(filepath.Join(logDir, cfg.Name+".log"))
+	return spawnArgs(bin, logDir, cfg.Name, cfg.args(), onLine)
+}
+
+// spawnArgs starts bin with args as the consumer called name; see spawn.
+func spawnArgs(bin, logDir, name string, args []string, onLine func(p *proc, line string)) (*proc, error) {
+	logf, err := os.Create(filepath.Join(logDir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, cfg.args()...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logf
 	// A consumer must not outlive the harness: an orphan would keep consuming and writing into the next run's
 	// measurements, or hold a database connection through a restart.
@@ -43,9 +48,9 @@ func spawn(bin, logDir string, cfg consumerConfig, onLine func(p *proc, line str
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start consumer %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("start consumer %s: %w", name, err)
 	}
-	p := &proc{name: cfg.Name, cmd: cmd, working: make(chan struct{}), exited: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, working: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		var once sync.Once
