@@ -87,6 +87,38 @@ func leaveOutExamplesWhenShort() {
 	}
 }
 
+// exampleDB opens the test database for an Example and returns a table name no other test uses, with a function
+// that drops every object the inbox and the Example create under that name. Under -short the Examples do not run
+// (see leaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
+// that its output does not match and go test fails loudly.
+func exampleDB() (db *sql.DB, table string, drop func(), err error) {
+	db, err = sql.Open(testDriver(), testDSN())
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, "", nil, fmt.Errorf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %w", testDSN(), err)
+	}
+	table = uniqueName("inbox_example")
+	drop = func() {
+		_, err := db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
+			table + `_migrations, ` + table + `_accounts`)
+		if err == nil {
+			_, err = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
+		}
+		if err != nil {
+			fmt.Println("drop the example's tables:", err)
+		}
+		if err := db.Close(); err != nil {
+			fmt.Println("close the database:", err)
+		}
+	}
+	return db, table, drop, nil
+}
+
 var tableSeq atomic.Int64
 
 // uniqueName returns a table name no other test, or test process, uses at the same time.
