@@ -22,7 +22,7 @@ func TestEndDelaysOnClose(t *testing.T) {
 	// logged logLine (it is then inside its delay), and returns what the router's Close returned. The delay is far
 	// longer than the test, and the router's CloseTimeout far shorter than the delay: a Close that waits for the
 	// delay returns a timeout error.
-	closeWhileHeld := func(t *testing.T, mw message.HandlerMiddleware, logs *recordingLogger, logLine string, msg *message.Message) (closeErr error, calls int64) {
+	closeWhileHeld := func(t *testing.T, mw message.HandlerMiddleware, logs *recordingLogger, logLine string, msg *message.Message) (calls int64, closeErr error) {
 		t.Helper()
 		pubsub := gochannel.NewGoChannel(gochannel.Config{PreserveContext: true}, watermill.NopLogger{})
 		t.Cleanup(func() { _ = pubsub.Close() })
@@ -43,14 +43,14 @@ func TestEndDelaysOnClose(t *testing.T) {
 		require.Eventually(t, func() bool { return len(logs.find(logLine)) > 0 }, 10*time.Second, 5*time.Millisecond)
 		closeErr = router.Close()
 		require.NoError(t, <-done)
-		return closeErr, n.Load()
+		return n.Load(), closeErr
 	}
 
 	t.Run("ARouterCloseEndsTheRejectDelayOfAMessageWithoutAnEventID", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t, inbox.WithRejectDelay(10*time.Minute))
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
-		err, calls := closeWhileHeld(t, ib.Middleware, b.logs, "Inbox cannot apply message;", msg)
+		calls, err := closeWhileHeld(t, ib.Middleware, b.logs, "Inbox cannot apply message;", msg)
 		require.NoError(t, err, "Close returned within its timeout")
 		require.Zero(t, calls)
 	})
@@ -60,7 +60,7 @@ func TestEndDelaysOnClose(t *testing.T) {
 		logs := &recordingLogger{}
 		mw := inbox.Middleware(openDB(t), inbox.WithTable(uniqueName("inbox_absent")), inbox.WithAutoMigrate(false),
 			inbox.WithRejectDelay(10*time.Minute), inbox.WithLogger(logs))
-		err, calls := closeWhileHeld(t, mw, logs, "Inbox cannot apply messages;", newMsg("evt-1"))
+		calls, err := closeWhileHeld(t, mw, logs, "Inbox cannot apply messages;", newMsg("evt-1"))
 		require.NoError(t, err, "Close returned within its timeout")
 		require.Zero(t, calls)
 	})
