@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -12,24 +11,25 @@ import (
 // recent rows stay.
 func ExampleCleanup() {
 	ctx := context.Background()
-	db, err := sql.Open(testDriver(), testDSN())
+	db, table, drop, err := exampleDB()
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer db.Close()
-	table := uniqueName("inbox_example")
-	defer db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
+	defer drop()
 	if err := inbox.Migrate(ctx, db, inbox.WithTable(table)); err != nil {
 		fmt.Println(err)
 		return
 	}
-	// A month of history, as if the table had never been cleaned.
-	db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
+	// A month of history, as if the table had never been cleaned, and the rows of the last minutes.
+	if _, err := db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
 		SELECT 'wallet-credits', 'evt-' || g, now() - interval '30 days' + g * interval '1 second'
-		FROM generate_series(1, 25000) g`)
-	db.Exec(`INSERT INTO ` + table + ` (consumer, message_id)
-		SELECT 'wallet-credits', 'new-' || g FROM generate_series(1, 100) g`)
+		FROM generate_series(1, 25000) g;
+		INSERT INTO ` + table + ` (consumer, message_id)
+		SELECT 'wallet-credits', 'new-' || g FROM generate_series(1, 100) g`); err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	res, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{
 		Retention: inbox.DefaultRetention, // 14 days
@@ -41,7 +41,10 @@ func ExampleCleanup() {
 		return
 	}
 	var left int
-	db.QueryRow(`SELECT count(*) FROM ` + table).Scan(&left)
+	if err := db.QueryRow(`SELECT count(*) FROM ` + table).Scan(&left); err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println("deleted", res.Deleted, "in", res.Batches, "batches;", left, "rows left")
 	// Output:
 	// batch 1 deleted 10000

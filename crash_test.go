@@ -36,8 +36,11 @@ func TestMain(m *testing.M) {
 	case os.Getenv(paymentProcessEnv) != "":
 		os.Exit(runPaymentProcess())
 	}
+	leaveOutExamplesWhenShort()
 	code := m.Run()
-	dropOrphanGuards()
+	if !testing.Short() {
+		dropOrphanGuards()
+	}
 	os.Exit(code)
 }
 

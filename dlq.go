@@ -82,13 +82,16 @@ func reasonLabel(err error) string {
 	return "other"
 }
 
-// sleepThen waits d, or less if ctx ends first, and returns err: the delay belongs to the nack that err causes.
+// sleepThen waits d, or less if ctx ends first or the subscription that delivered its message ends (see
+// EndDelaysOnClose), and returns err: the delay belongs to the nack that err causes. Every wait of the middleware
+// goes through here, so that a closing router can end them all.
 func sleepThen(ctx context.Context, d time.Duration, err error) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+	case <-closing(ctx):
 	}
 	return err
 }

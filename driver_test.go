@@ -11,6 +11,7 @@ import (
 // lib/pq: the inbox depends on no one driver's types or error values.
 func TestTheInboxWorksWithPgxsDriverToo(t *testing.T) {
 	t.Parallel()
+	needsDB(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^(TestMiddleware|TestLease_Claim|TestLease_Takeover|TestLease_HandlerErrors|TestIDTypeUUID|TestComposition|TestProducedMessages|TestModeSwitch|TestSubscriberTx_ARedelivery|TestSubscriberTx_TwoConsumer)", "-test.count=1")
 	cmd.Env = append(os.Environ(), "INBOX_TEST_DRIVER=pgx")
 	out, err := cmd.CombinedOutput()

@@ -55,6 +55,7 @@ func (b *lockedBuffer) String() string {
 // test, loudly, when pgbouncer is not installed.
 func startPgbouncer(t testing.TB) string {
 	t.Helper()
+	needsDB(t)
 	if _, err := os.Stat(pgbouncerBinary); err != nil {
 		t.Fatalf("pgbouncer is not installed at %s; these tests prove behaviour behind a transaction-pooling proxy "+
 			"and mean nothing without it (install it with `apt-get install -y pgbouncer`): %v", pgbouncerBinary, err)

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -43,6 +44,7 @@ func testDriver() string {
 // against the real PostgreSQL and mean nothing without it.
 func openDB(t testing.TB) *sql.DB {
 	t.Helper()
+	needsDB(t)
 	db, err := sql.Open(testDriver(), testDSN())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -54,6 +56,67 @@ func openDB(t testing.TB) *sql.DB {
 	db.SetMaxOpenConns(20)
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// needsDB skips the test under -short, which runs only the tests that need no database, and does nothing
+// otherwise: without -short a test that needs PostgreSQL fails when it is missing.
+func needsDB(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
+}
+
+// leaveOutExamplesWhenShort adds the package's Examples to -skip under -short: each of them runs against
+// PostgreSQL, and an Example, unlike a test, cannot skip itself. TestMain calls it before the tests run.
+func leaveOutExamplesWhenShort() {
+	flag.Parse()
+	if !testing.Short() {
+		return
+	}
+	skip := flag.Lookup("test.skip")
+	pattern := "^Example"
+	if cur := skip.Value.String(); cur != "" {
+		pattern = cur + "|" + pattern
+	}
+	if err := skip.Value.Set(pattern); err != nil {
+		panic(err)
+	}
+	if testing.Verbose() {
+		fmt.Fprintln(os.Stderr, "Examples left out: they need PostgreSQL; run without -short")
+	}
+}
+
+// exampleDB opens the test database for an Example and returns a table name no other test uses, with a function
+// that drops every object the inbox and the Example create under that name. Under -short the Examples do not run
+// (see leaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
+// that its output does not match and go test fails loudly.
+func exampleDB() (db *sql.DB, table string, drop func(), err error) {
+	db, err = sql.Open(testDriver(), testDSN())
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, "", nil, fmt.Errorf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %w", testDSN(), err)
+	}
+	table = uniqueName("inbox_example")
+	drop = func() {
+		_, err := db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
+			table + `_migrations, ` + table + `_accounts`)
+		if err == nil {
+			_, err = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
+		}
+		if err != nil {
+			fmt.Println("drop the example's tables:", err)
+		}
+		if err := db.Close(); err != nil {
+			fmt.Println("close the database:", err)
+		}
+	}
+	return db, table, drop, nil
 }
 
 var tableSeq atomic.Int64

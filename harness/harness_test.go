@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 // setup builds the consumer binary and starts the broker once for the package, and connects to PostgreSQL.
 func setup(t *testing.T) *env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL, and builds and runs consumer processes; run without -short")
+	}
 	setupOnce.Do(func() {
 		binDir, setupErr = os.MkdirTemp("", "harness-test-")
 		if setupErr != nil {

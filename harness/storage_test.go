@@ -14,6 +14,9 @@ import (
 
 func storageTestDB(t *testing.T) *sql.DB {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
 	dsn := testDSN()
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {

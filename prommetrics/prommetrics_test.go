@@ -24,6 +24,9 @@ import (
 // when it cannot, and migrates an inbox table no other test uses.
 func openTable(t *testing.T) (*sql.DB, string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
 	dsn := os.Getenv("INBOX_TEST_DATABASE_URL")
 	if dsn == "" {
 		dsn = "postgres://root@127.0.0.1:5432/test?sslmode=disable"

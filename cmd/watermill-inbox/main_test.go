@@ -68,9 +68,12 @@ func cli(t *testing.T, args ...string) result {
 }
 
 // newTable returns a table name no other test uses, a connection to check on it, and drops what migrate creates
-// when the test ends. It fails loudly without PostgreSQL.
+// when the test ends. It fails loudly without PostgreSQL, and skips the test under -short.
 func newTable(t *testing.T) (*sql.DB, string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
 	db, err := sql.Open("postgres", testDSN())
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })

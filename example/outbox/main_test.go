@@ -15,6 +15,7 @@ import (
 // The run needs PostgreSQL (DATABASE_URL, or the local default) and fails, never skips, when it is missing: a green
 // test that proved nothing would be worse than a red one.
 func TestRunRelaysEveryCommittedCreditAndNotifiesEachOnceDespiteResends(t *testing.T) {
+	demotest.NeedsDatabase(t)
 	cfg := configFromEnv()
 	// Always the in-process broker: the test must not depend on, or write to, a cluster that KAFKA_BROKERS names.
 	cfg.Brokers = nil

@@ -14,6 +14,7 @@ import (
 // The run needs PostgreSQL (DATABASE_URL, or the local default) and fails, never skips, when it is missing: a green
 // test that proved nothing would be worse than a red one.
 func TestRunChargesEachRequestOnceThroughATakeoverOfAHungCall(t *testing.T) {
+	demotest.NeedsDatabase(t)
 	cfg := configFromEnv()
 	// Always the in-process broker: the test must not depend on, or write to, a cluster that KAFKA_BROKERS names.
 	cfg.Brokers = nil
@@ -91,6 +92,7 @@ func TestProblemsNamesEachPaymentNotChargedExactlyOnce(t *testing.T) {
 }
 
 func TestRunGivesUpWithoutHangingWhenNoCopyTakesTheHeldCallOver(t *testing.T) {
+	demotest.NeedsDatabase(t)
 	cfg := configFromEnv()
 	cfg.Brokers = nil
 	cfg.Lease = time.Minute // outlives the run: no copy can take the held call over

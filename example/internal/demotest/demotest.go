@@ -9,6 +9,15 @@ import (
 	"time"
 )
 
+// NeedsDatabase skips the test under -short, which runs only the tests that need no database. Without -short it
+// does nothing: an example's run then fails, loudly, when PostgreSQL is missing.
+func NeedsDatabase(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
+}
+
 // Help builds the command in the test's package directory and returns what its -h prints, failing the test when
 // -h is not a clean exit.
 func Help(t testing.TB) string {
