@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 const (
@@ -103,6 +105,14 @@ func Cleanup(ctx context.Context, db *sql.DB, p CleanupParams, opts ...Option) (
 	if db == nil {
 		return CleanupResult{}, fmt.Errorf("%w: Cleanup: db is nil", ErrInvalidOption)
 	}
+	return stdDatabase(db).Cleanup(ctx, p, opts...)
+}
+
+// Cleanup runs one cleanup round on d, as the package-level Cleanup does on a *sql.DB.
+func (d *Database) Cleanup(ctx context.Context, p CleanupParams, opts ...Option) (CleanupResult, error) {
+	if d == nil || d.pool == nil {
+		return CleanupResult{}, fmt.Errorf("%w: Cleanup: the database is nil", ErrInvalidOption)
+	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return CleanupResult{}, err
@@ -111,7 +121,7 @@ func Cleanup(ctx context.Context, db *sql.DB, p CleanupParams, opts ...Option) (
 	if err := p.validate(); err != nil {
 		return CleanupResult{}, err
 	}
-	return cleanup(ctx, db, newOpsStore(c.table), c, p)
+	return cleanup(ctx, d.pool, newOpsStore(c.table), c, p)
 }
 
 func (p *CleanupParams) setDefaults() {
@@ -140,13 +150,13 @@ func (p CleanupParams) validate() error {
 // before the next round (DefaultCleanupInterval). The pause between batches is added to it.
 const cleanupLockHold = 5 * time.Minute
 
-func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupParams) (res CleanupResult, err error) {
+func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p CleanupParams) (res CleanupResult, err error) {
 	start := time.Now()
 	holder := watermill.NewUUID()
 	hold := (cleanupLockHold + p.Pause).Milliseconds()
 	var locked bool
-	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, s.lockTakeSQL, cleanupLockName, holder, hold, p.Retention.Microseconds()).Scan(&locked, &res.Cutoff)
+	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
+		return tx.QueryRow(ctx, s.lockTakeSQL, cleanupLockName, holder, hold, p.Retention.Microseconds()).Scan(&locked, &res.Cutoff)
 	})
 	if err != nil {
 		return res, s.wrap("cleanup: lock", err)
@@ -157,9 +167,9 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 		c.logger.Debug("Inbox cleanup skipped: another instance is cleaning this table", fields)
 		return res, nil
 	}
-	defer func() { err = errors.Join(err, s.unlock(ctx, db, holder)) }()
+	defer func() { err = errors.Join(err, s.unlock(ctx, pool, holder)) }()
 
-	consumers, err := s.listConsumers(ctx, db)
+	consumers, err := s.listConsumers(ctx, pool)
 	if err != nil {
 		return res, err
 	}
@@ -167,16 +177,16 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 		from := time.Time{} // year 1, before any processed_at
 		for {
 			var picked, deleted int64
-			err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+			err := inShortTx(ctx, pool, func(tx driver.Tx) error {
 				var one int
-				err := tx.QueryRowContext(ctx, s.lockExtendSQL, cleanupLockName, holder, hold).Scan(&one)
-				if errors.Is(err, sql.ErrNoRows) {
+				err := tx.QueryRow(ctx, s.lockExtendSQL, cleanupLockName, holder, hold).Scan(&one)
+				if errors.Is(err, driver.ErrNoRows) {
 					return errCleanupLockLost
 				}
 				if err != nil {
 					return err
 				}
-				return tx.QueryRowContext(ctx, s.cleanupBatchSQL, consumer, from, res.Cutoff, p.BatchSize).Scan(&picked, &deleted, &from)
+				return tx.QueryRow(ctx, s.cleanupBatchSQL, consumer, from, res.Cutoff, p.BatchSize).Scan(&picked, &deleted, &from)
 			})
 			if err != nil {
 				return res, s.wrap("cleanup", err)
@@ -201,8 +211,8 @@ func cleanup(ctx context.Context, db *sql.DB, s *opsStore, c config, p CleanupPa
 		}
 	}
 
-	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, s.abandonedSQL, res.Cutoff).Scan(&res.Abandoned)
+	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
+		return tx.QueryRow(ctx, s.abandonedSQL, res.Cutoff).Scan(&res.Abandoned)
 	})
 	if err != nil {
 		return res, s.wrap("count abandoned leases", err)
@@ -224,11 +234,11 @@ var errCleanupLockLost = errors.New("the cleanup lock ran out and another instan
 
 // unlock releases the cleanup lock, outliving a cancelled ctx so that a stopped cleanup does not make the next
 // round wait for the lock to run out. A failure is returned; the lock then runs out on its own.
-func (s *opsStore) unlock(ctx context.Context, db *sql.DB, holder string) error {
+func (s *opsStore) unlock(ctx context.Context, pool driver.Pool, holder string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.lockReleaseSQL, cleanupLockName, holder)
+	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
+		_, err := tx.Exec(ctx, s.lockReleaseSQL, cleanupLockName, holder)
 		return err
 	})
 	if err != nil {
@@ -238,11 +248,11 @@ func (s *opsStore) unlock(ctx context.Context, db *sql.DB, holder string) error 
 }
 
 // listConsumers returns the consumers that have rows, in order.
-func (s *opsStore) listConsumers(ctx context.Context, db *sql.DB) ([]string, error) {
+func (s *opsStore) listConsumers(ctx context.Context, pool driver.Pool) ([]string, error) {
 	var out []string
-	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
 		out = nil
-		rows, err := tx.QueryContext(ctx, s.consumersSQL)
+		rows, err := tx.Query(ctx, s.consumersSQL)
 		if err != nil {
 			return err
 		}
@@ -306,7 +316,7 @@ type CleanerConfig struct {
 // of a service if that is simpler than choosing one; the cleanup lock lets one clean per round while the others
 // skip.
 type Cleaner struct {
-	db    *sql.DB
+	pool  driver.Pool
 	cfg   CleanerConfig
 	c     config
 	store *opsStore
@@ -318,6 +328,14 @@ type Cleaner struct {
 func NewCleaner(db *sql.DB, cfg CleanerConfig, opts ...Option) (*Cleaner, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: NewCleaner: db is nil", ErrInvalidOption)
+	}
+	return stdDatabase(db).NewCleaner(cfg, opts...)
+}
+
+// NewCleaner returns a Cleaner over d, as the package-level NewCleaner does over a *sql.DB.
+func (d *Database) NewCleaner(cfg CleanerConfig, opts ...Option) (*Cleaner, error) {
+	if d == nil || d.pool == nil {
+		return nil, fmt.Errorf("%w: NewCleaner: the database is nil", ErrInvalidOption)
 	}
 	c, err := newConfig(opts)
 	if err != nil {
@@ -339,7 +357,7 @@ func NewCleaner(db *sql.DB, cfg CleanerConfig, opts ...Option) (*Cleaner, error)
 		return nil, fmt.Errorf("%w: CleanerConfig.Window %s is not shorter than Retention %s: the inbox would forget "+
 			"messages that can still be redelivered; keep them longer than the window, with a margin", ErrInvalidOption, cfg.Window, cfg.Retention)
 	}
-	cl := &Cleaner{db: db, cfg: cfg, c: c, store: newOpsStore(c.table)}
+	cl := &Cleaner{pool: d.pool, cfg: cfg, c: c, store: newOpsStore(c.table)}
 	if cfg.Window > 0 {
 		cl.watch = newMemoryWatch(cfg.Window)
 	}
@@ -370,11 +388,11 @@ func (cl *Cleaner) Run(ctx context.Context) error {
 // Round runs one cleanup round now, as Cleanup does, and, if this instance held the lock and Window is set, the
 // retention check. Run calls it; call it yourself to drive the Cleaner from a scheduler of your own.
 func (cl *Cleaner) Round(ctx context.Context) (CleanupResult, error) {
-	res, err := cleanup(ctx, cl.db, cl.store, cl.c, cl.cfg.CleanupParams)
+	res, err := cleanup(ctx, cl.pool, cl.store, cl.c, cl.cfg.CleanupParams)
 	if err != nil || res.Skipped || cl.watch == nil {
 		return res, err
 	}
-	ms, err := cl.store.remembers(ctx, cl.db)
+	ms, err := cl.store.remembers(ctx, cl.pool)
 	if err != nil {
 		return res, err
 	}

@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"database/sql"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 type ctxKey int
@@ -12,7 +14,7 @@ const (
 	eventIDKey
 )
 
-func withClaim(ctx context.Context, tx *sql.Tx, eventID string) context.Context {
+func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {
 	return context.WithValue(context.WithValue(ctx, txKey, tx), eventIDKey, eventID)
 }
 
@@ -27,8 +29,18 @@ func withClaim(ctx context.Context, tx *sql.Tx, eventID string) context.Context 
 // to it when the handler fails: the failed attempt's writes are undone either way. Outside the handler, or in lease
 // mode, ok is false.
 func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
-	tx, ok = ctx.Value(txKey).(*sql.Tx)
+	tx, ok = NativeTxFromContext(ctx).(*sql.Tx)
 	return tx, ok
+}
+
+// NativeTxFromContext returns the transaction that holds this message's inbox row as the database's client library
+// knows it (*sql.Tx for database/sql, pgx.Tx for pgx), or nil outside the handler and in lease mode. Adapter
+// packages build their typed TxFromContext on it, as pgxinbox does.
+func NativeTxFromContext(ctx context.Context) any {
+	if tx, ok := ctx.Value(txKey).(driver.Tx); ok {
+		return tx.Native()
+	}
+	return nil
 }
 
 // EventIDFromContext returns the event ID the inbox claimed for this message, for handlers that record it (in a

@@ -11,7 +11,7 @@
 //	router.AddMiddleware(inbox.Middleware(db))
 //	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
 //		tx, _ := inbox.TxFromContext(msg.Context())
-//		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+//		_, err := tx.Exec(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
 //		return err
 //	})
 //

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // ErrNotFound reports that the inbox has no row for a consumer and event ID: the message was never applied, or
@@ -48,6 +50,15 @@ func Forget(ctx context.Context, db *sql.DB, p ForgetParams, opts ...Option) (Fo
 	if db == nil {
 		return ForgottenRow{}, fmt.Errorf("%w: Forget: db is nil", ErrInvalidOption)
 	}
+	return stdDatabase(db).Forget(ctx, p, opts...)
+}
+
+// Forget does on d what the package-level Forget does on a *sql.DB.
+func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Option) (ForgottenRow, error) {
+	if d == nil || d.pool == nil {
+		return ForgottenRow{}, fmt.Errorf("%w: Forget: the database is nil", ErrInvalidOption)
+	}
+	pool := d.pool
 	c, err := newConfig(opts)
 	if err != nil {
 		return ForgottenRow{}, err
@@ -60,19 +71,19 @@ func Forget(ctx context.Context, db *sql.DB, p ForgetParams, opts ...Option) (Fo
 	var deleted, leftover bool
 	var remainingMS int64
 	// Both statements in one short transaction: behind a transaction-pooling proxy each statement must be in one.
-	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
 		r, deleted, leftover = ForgottenRow{}, false, false
-		err := tx.QueryRowContext(ctx, s.forgetSQL, p.Consumer, p.ID, p.Force).
+		err := tx.QueryRow(ctx, s.forgetSQL, p.Consumer, p.ID, p.Force).
 			Scan(&r.State, &r.ProcessedAt, &r.Attempts, &r.LastError, &r.HadProduced)
 		if err == nil {
 			deleted = true
 			return nil
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if !errors.Is(err, driver.ErrNoRows) {
 			return err
 		}
-		err = tx.QueryRowContext(ctx, s.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
-		if errors.Is(err, sql.ErrNoRows) {
+		err = tx.QueryRow(ctx, s.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
+		if errors.Is(err, driver.ErrNoRows) {
 			return nil
 		}
 		leftover = err == nil

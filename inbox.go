@@ -13,7 +13,7 @@ import (
 // its Middleware on a router, or use the package-level Middleware. An Inbox is safe for concurrent use and holds
 // no goroutines, so it needs no closing.
 type Inbox struct {
-	db        *sql.DB
+	db        *Database
 	cfg       config
 	store     *store
 	readiness readiness
@@ -26,11 +26,19 @@ func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidOption)
 	}
+	return stdDatabase(db).New(opts...)
+}
+
+// New checks the options and returns an Inbox over d, as the package-level New does over a *sql.DB.
+func (d *Database) New(opts ...Option) (*Inbox, error) {
+	if d == nil || d.pool == nil {
+		return nil, fmt.Errorf("%w: the database is nil", ErrInvalidOption)
+	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox{db: db, cfg: c, store: newStore(c.table), readiness: newReadiness(c.table)}, nil
+	return &Inbox{db: d, cfg: c, store: newStore(c.table), readiness: newReadiness(c.table)}, nil
 }
 
 // Middleware returns a router middleware that applies each message at most once per consumer, with its effect,

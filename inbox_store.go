@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // store holds every query the middleware runs against the inbox table. The table name is validated by
@@ -143,18 +145,13 @@ func newStore(table string) *store {
 	}
 }
 
-// querier is what *sql.DB and *sql.Tx share, for queries that run in a transaction or on their own.
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // claim inserts the row for (consumer, id) in tx, in state, and reports whether tx now owns it. false means the
 // message was applied before, by a transaction that committed.
-func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id, state string) (bool, error) {
+func (s *store) claim(ctx context.Context, tx driver.Tx, consumer, id, state string) (bool, error) {
 	var claimed bool
-	err := tx.QueryRowContext(ctx, s.claimSQL, consumer, id, state).Scan(&claimed)
+	err := tx.QueryRow(ctx, s.claimSQL, consumer, id, state).Scan(&claimed)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNoRows):
 		return false, nil
 	case err != nil:
 		return false, s.wrap("claim", consumer, id, err)
@@ -164,9 +161,9 @@ func (s *store) claim(ctx context.Context, tx *sql.Tx, consumer, id, state strin
 
 // produced returns the state of (consumer, id) and the messages the handler produced when it applied it, if any
 // were stored.
-func (s *store) produced(ctx context.Context, q querier, consumer, id string) (state string, msgs []*message.Message, err error) {
+func (s *store) produced(ctx context.Context, q driver.Executor, consumer, id string) (state string, msgs []*message.Message, err error) {
 	var raw []byte
-	err = q.QueryRowContext(ctx, s.producedSQL, consumer, id).Scan(&state, &raw)
+	err = q.QueryRow(ctx, s.producedSQL, consumer, id).Scan(&state, &raw)
 	if err != nil {
 		return "", nil, s.wrap("read produced messages", consumer, id, err)
 	}
@@ -176,8 +173,8 @@ func (s *store) produced(ctx context.Context, q querier, consumer, id string) (s
 
 // committed reads what produced does, in a short transaction of its own on db: outside the snapshot of a caller's
 // REPEATABLE READ transaction.
-func (s *store) committed(ctx context.Context, db *sql.DB, consumer, id string) (state string, msgs []*message.Message, err error) {
-	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+func (s *store) committed(ctx context.Context, pool driver.Pool, consumer, id string) (state string, msgs []*message.Message, err error) {
+	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
 		state, msgs, err = s.produced(ctx, tx, consumer, id)
 		return err
 	})
@@ -187,23 +184,23 @@ func (s *store) committed(ctx context.Context, db *sql.DB, consumer, id string) 
 // saveProduced stores the produced column raw (from encodeProduced) for the row claimed in tx. In a transaction
 // the inbox commits, the row is 'done' from its claim and a separate statement is safe; a claim made 'applying' is
 // finished by finish instead, which stores them in the same statement.
-func (s *store) saveProduced(ctx context.Context, tx *sql.Tx, consumer, id string, raw any) error {
+func (s *store) saveProduced(ctx context.Context, tx driver.Tx, consumer, id string, raw any) error {
 	if raw == nil {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, s.saveSQL, consumer, id, raw); err != nil {
+	if _, err := tx.Exec(ctx, s.saveSQL, consumer, id, raw); err != nil {
 		return s.wrapProduced("store produced messages", consumer, id, err)
 	}
 	return nil
 }
 
 // finish turns an 'applying' claim 'done' and stores raw with it, in one statement.
-func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string, raw any) error {
-	res, err := tx.ExecContext(ctx, s.finishSQL, consumer, id, raw)
+func (s *store) finish(ctx context.Context, tx driver.Tx, consumer, id string, raw any) error {
+	n, err := tx.Exec(ctx, s.finishSQL, consumer, id, raw)
 	if err != nil {
 		return s.wrapProduced("finish claim", consumer, id, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n != 1 {
+	if n != 1 {
 		return fmt.Errorf("inbox: finish claim %s/%s: the claim is no longer 'applying' in this transaction", consumer, id)
 	}
 	return nil
@@ -211,11 +208,11 @@ func (s *store) finish(ctx context.Context, tx *sql.Tx, consumer, id string, raw
 
 // takeOver claims, in tx, a row that lease mode left free: 'released' by a failed attempt, or 'processing' with a
 // lease that ran out. It reports false when the row is held by a live lease, or finished, by now.
-func (s *store) takeOver(ctx context.Context, tx *sql.Tx, consumer, id, state string) (bool, error) {
+func (s *store) takeOver(ctx context.Context, tx driver.Tx, consumer, id, state string) (bool, error) {
 	var took bool
-	err := tx.QueryRowContext(ctx, s.takeoverSQL, consumer, id, state).Scan(&took)
+	err := tx.QueryRow(ctx, s.takeoverSQL, consumer, id, state).Scan(&took)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNoRows):
 		return false, nil
 	case err != nil:
 		return false, s.wrap("take over lease-mode row", consumer, id, err)
@@ -277,21 +274,21 @@ type leaseClaim struct {
 
 // claimLease claims the lease of (consumer, id) for token, or reports why it cannot: the claim and, when it took
 // nothing, the read of the row run in one short transaction of their own (see inShortTx).
-func (s *store) claimLease(ctx context.Context, db *sql.DB, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
+func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
 	var c leaseClaim
-	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
 		c = leaseClaim{}
 		var takeover sql.NullBool
-		err := tx.QueryRowContext(ctx, s.leaseClaimSQL, consumer, id, token, lease.Milliseconds()).Scan(&c.attempt, &c.lastError, &takeover)
+		err := tx.QueryRow(ctx, s.leaseClaimSQL, consumer, id, token, lease.Milliseconds()).Scan(&c.attempt, &c.lastError, &takeover)
 		if err == nil {
 			c.claimed, c.takeover = true, takeover.Bool
 			return nil
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if !errors.Is(err, driver.ErrNoRows) {
 			return s.wrap("claim lease", consumer, id, err)
 		}
 		var remainingMS int64
-		err = tx.QueryRowContext(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS, &c.produced)
+		err = tx.QueryRow(ctx, s.leaseStateSQL, consumer, id).Scan(&c.state, &c.attempt, &remainingMS, &c.produced)
 		if err != nil {
 			return s.wrap("read lease", consumer, id, err)
 		}
@@ -305,13 +302,13 @@ func (s *store) claimLease(ctx context.Context, db *sql.DB, consumer, id, token 
 // wrapping ErrLeaseLost only when the compare-and-set matched no row: the lease is no longer the holder's. Any
 // other failure is returned as what it is; the write did not happen, and the caller must not take it for a lost
 // lease.
-func (s *store) fenced(ctx context.Context, db *sql.DB, query, op, consumer, id, token string, arg any) error {
-	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+func (s *store) fenced(ctx context.Context, pool driver.Pool, query, op, consumer, id, token string, arg any) error {
+	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
 		var one int
-		return tx.QueryRowContext(ctx, query, consumer, id, token, arg).Scan(&one)
+		return tx.QueryRow(ctx, query, consumer, id, token, arg).Scan(&one)
 	})
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNoRows):
 		return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, ErrLeaseLost)
 	case sqlState(err) == "42P01": // undefined_table
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)

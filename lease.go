@@ -79,7 +79,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Lease.Extend(%s): want a positive duration", ErrInvalidOption, d)
 	}
-	return l.inbox.store.fenced(ctx, l.inbox.db, l.inbox.store.leaseExtendSQL, "extend lease", l.consumer, l.id, l.token, d.Milliseconds())
+	return l.inbox.store.fenced(ctx, l.inbox.db.pool, l.inbox.store.leaseExtendSQL, "extend lease", l.consumer, l.id, l.token, d.Milliseconds())
 }
 
 // applyLeased is the path of one message in lease mode: claim, call out, complete; each write of the holder fenced
@@ -90,7 +90,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
 	ob := i.observe(msg, consumer, id, ModeLease)
 	ob.claiming()
-	c, err := i.store.claimLease(ctx, i.db, consumer, id, l.token, i.cfg.lease)
+	c, err := i.store.claimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease)
 	if errors.Is(err, ErrInvalidEventID) {
 		return nil, i.reject(msg, consumer, err)
 	}
@@ -215,7 +215,7 @@ func (i *Inbox) release(msg *message.Message, l *Lease, reason string) error {
 func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, query, op string, arg any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), leaseWriteTimeout)
 	defer cancel()
-	err := i.store.fenced(ctx, i.db, query, op, l.consumer, l.id, l.token, arg)
+	err := i.store.fenced(ctx, i.db.pool, query, op, l.consumer, l.id, l.token, arg)
 	fields := logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt, "write": op})
 	switch {
 	case errors.Is(err, ErrLeaseLost):

@@ -2,14 +2,14 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // Middleware wraps h so that each message is applied at most once per consumer. The path of one message:
@@ -40,12 +40,12 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if i.cfg.lease > 0 {
 			return i.applyLeased(msg, consumer, id, h) // for effects outside the database
 		}
-		if tx, ok := wsql.TxFromContext(ctx); ok && i.cfg.subscriberTx {
+		if tx, ok := i.db.joined(ctx); ok && i.cfg.subscriberTx {
 			return i.applyInSubscriberTx(tx, msg, consumer, id, h) // commits on the subscriber's ack
 		}
 		ob := i.observe(msg, consumer, id, ModeTransaction)
 
-		tx, err := i.db.BeginTx(ctx, nil)
+		tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
 		}
@@ -53,7 +53,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		rollback := func() {
 			if !ended {
 				ended = true
-				i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback()))
+				i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
 			}
 		}
 		defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
@@ -65,7 +65,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return produced, err
 		}
 		start := time.Now()
-		err = tx.Commit()
+		err = tx.Commit(ctx)
 		ob.commitDone(start, err)
 		ended = true
 		if err != nil {
@@ -83,7 +83,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // and tx holds nothing to commit: on a duplicate, apply returns the messages stored when the message was first
 // applied. A message the inbox cannot apply (an ID the database refused, produced messages it cannot store) comes
 // back as an unusable error, for settle once the transaction is rolled back.
-func (i *Inbox) apply(tx *sql.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) (produced []*message.Message, skipped bool, err error) {
+func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) (produced []*message.Message, skipped bool, err error) {
 	ctx := msg.Context()
 	ob.claiming()
 	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
@@ -166,9 +166,9 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 // subscriber also commits when it closes or its ack deadline passes, handler running or not; the claim is
 // therefore made 'applying' and turned 'done' only on success, and a deferred trigger fails a commit that finds it
 // 'applying' (migrations/003_applying_guard.up.sql).
-func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
-	if _, err := tx.ExecContext(ctx, savepointSQL); err != nil {
+	if _, err := tx.Exec(ctx, savepointSQL); err != nil {
 		return nil, fmt.Errorf("inbox: savepoint %s/%s: %w", consumer, id, err)
 	}
 	ended := false
@@ -178,9 +178,9 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 		}
 		ended = true
 		bg := context.WithoutCancel(ctx)
-		_, err := tx.ExecContext(bg, rollbackSavepointSQL)
+		_, err := tx.Exec(bg, rollbackSavepointSQL)
 		if err == nil {
-			_, err = tx.ExecContext(bg, releaseSavepointSQL)
+			_, err = tx.Exec(bg, releaseSavepointSQL)
 		}
 		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
 	}
@@ -194,7 +194,7 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 		return produced, err
 	}
 	start := time.Now()
-	_, err = tx.ExecContext(ctx, releaseSavepointSQL)
+	_, err = tx.Exec(ctx, releaseSavepointSQL)
 	ob.commitDone(start, err)
 	if err != nil {
 		err = fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)
@@ -210,7 +210,7 @@ func (i *Inbox) applyInSubscriberTx(tx *sql.Tx, msg *message.Message, consumer, 
 // messages go out again, and a dead-lettered one is acked. A row lease mode left free (released, or with an
 // expired lease) is taken over and claimed reports true: a consumer may switch modes, and neither mode leaves the
 // other a row it cannot finish. A live lease is waited for.
-func (i *Inbox) existing(msg *message.Message, tx *sql.Tx, consumer, id, state string, ob *observed) (claimed bool, produced []*message.Message, err error) {
+func (i *Inbox) existing(msg *message.Message, tx driver.Tx, consumer, id, state string, ob *observed) (claimed bool, produced []*message.Message, err error) {
 	ctx := msg.Context()
 	current, produced, err := i.store.produced(ctx, tx, consumer, id)
 	if err != nil {
@@ -255,7 +255,7 @@ func (i *Inbox) skipped(msg *message.Message, consumer, id, state string, ob *ob
 // instead: a finished row makes the message a duplicate, as it would be had the other commit come first.
 func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause error, ob *observed) ([]*message.Message, bool, error) {
 	ctx := msg.Context()
-	state, produced, err := i.store.committed(ctx, i.db, consumer, id)
+	state, produced, err := i.store.committed(ctx, i.db.pool, consumer, id)
 	if err != nil {
 		return nil, false, errors.Join(cause, err)
 	}

@@ -2,13 +2,14 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // ready holds back, for the reject delay, a message that the inbox cannot apply for reasons that are not the
@@ -133,7 +134,7 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 		return "", err
 	}
 	if i.cfg.autoMigrate && (report.missing || report.incomplete()) {
-		res, err := migrate(ctx, i.db, i.cfg)
+		res, err := migrate(ctx, i.db.pool, i.cfg)
 		if err != nil {
 			return "", err
 		}
@@ -155,11 +156,11 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 // inspectSchema runs the schema check in a read-only transaction of its own, which keeps its statements on one
 // server connection behind a pooler in transaction mode.
 func (i *Inbox) inspectSchema(ctx context.Context) (schemaReport, error) {
-	tx, err := i.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
 	if err != nil {
 		return schemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
 	}
-	defer func() { _ = tx.Rollback() }() // it only read: nothing to keep, and no failure worth reporting
+	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
 	return inspectSchema(ctx, tx, i.cfg.table)
 }
 

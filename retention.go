@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // ErrShortMemory reports a consumer whose inbox remembers less than the redelivery window declared for it: a
@@ -45,18 +47,27 @@ func Remembers(ctx context.Context, db *sql.DB, opts ...Option) ([]ConsumerMemor
 	if db == nil {
 		return nil, fmt.Errorf("%w: Remembers: db is nil", ErrInvalidOption)
 	}
+	return stdDatabase(db).Remembers(ctx, opts...)
+}
+
+// Remembers does on d what the package-level Remembers does on a *sql.DB.
+func (d *Database) Remembers(ctx context.Context, opts ...Option) ([]ConsumerMemory, error) {
+	if d == nil || d.pool == nil {
+		return nil, fmt.Errorf("%w: Remembers: the database is nil", ErrInvalidOption)
+	}
+	pool := d.pool
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return newOpsStore(c.table).remembers(ctx, db)
+	return newOpsStore(c.table).remembers(ctx, pool)
 }
 
-func (s *opsStore) remembers(ctx context.Context, db *sql.DB) ([]ConsumerMemory, error) {
+func (s *opsStore) remembers(ctx context.Context, pool driver.Pool) ([]ConsumerMemory, error) {
 	var out []ConsumerMemory
-	err := inShortTx(ctx, db, func(tx *sql.Tx) error {
+	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
 		out = nil
-		rows, err := tx.QueryContext(ctx, s.memorySQL)
+		rows, err := tx.Query(ctx, s.memorySQL)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // migrationFiles are the inbox's versioned schema changes, the same files users may hand to their own migration
@@ -97,11 +99,19 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: Migrate: db is nil", ErrInvalidOption)
 	}
+	return stdDatabase(db).Migrate(ctx, opts...)
+}
+
+// Migrate creates or upgrades the inbox table in d, as the package-level Migrate does through a *sql.DB.
+func (d *Database) Migrate(ctx context.Context, opts ...Option) error {
+	if d == nil || d.pool == nil {
+		return fmt.Errorf("%w: Migrate: the database is nil", ErrInvalidOption)
+	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return err
 	}
-	_, err = migrate(ctx, db, c)
+	_, err = migrate(ctx, d.pool, c)
 	return err
 }
 
@@ -111,38 +121,38 @@ type migrated struct {
 	schema   schemaReport // the schema it checked, as it commits it
 }
 
-func migrate(ctx context.Context, db *sql.DB, c config) (res migrated, err error) {
+func migrate(ctx context.Context, pool driver.Pool, c config) (res migrated, err error) {
 	ms, err := migrations(c.table, c.idType)
 	if err != nil {
 		return res, err
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := pool.Begin(ctx, driver.TxOptions{})
 	if err != nil {
 		return res, fmt.Errorf("inbox: migrate: begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, rollbackErr(tx.Rollback()))
+			err = errors.Join(err, rollbackErr(tx.Rollback(ctx)))
 			return
 		}
-		if err = tx.Commit(); err != nil {
+		if err = tx.Commit(ctx); err != nil {
 			err = fmt.Errorf("inbox: migrate: commit: %w", err)
 		}
 	}()
 
 	// The lock ends with the transaction, so a crashed migrator cannot leave it held.
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(c.table)); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(c.table)); err != nil {
 		return res, fmt.Errorf("inbox: migrate: lock: %w", err)
 	}
 	versions := c.table + "_migrations"
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS "`+versions+`" (
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS "`+versions+`" (
 		version    integer     PRIMARY KEY,
 		name       text        NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now()
 	)`); err != nil {
 		return res, fmt.Errorf("inbox: migrate: create %s: %w", versions, err)
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM "`+versions+`"`).Scan(&res.from); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM "`+versions+`"`).Scan(&res.from); err != nil {
 		return res, fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
 	}
 	res.to = res.from
@@ -150,10 +160,10 @@ func migrate(ctx context.Context, db *sql.DB, c config) (res migrated, err error
 		if m.Version <= res.from {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
+		if _, err := tx.Exec(ctx, m.Up); err != nil {
 			return res, fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, c.table, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO "`+versions+`" (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO "`+versions+`" (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 			return res, fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
 		}
 		res.to = m.Version
@@ -181,10 +191,10 @@ func migrationLockKey(table string) int64 {
 	return int64(h.Sum64())
 }
 
-// rollbackErr drops the error a rollback reports for a transaction that database/sql already ended (because its
-// context was cancelled), which is no failure.
+// rollbackErr drops the error a rollback reports for a transaction that the client library already ended (because
+// its context was cancelled), which is no failure.
 func rollbackErr(err error) error {
-	if err == nil || errors.Is(err, sql.ErrTxDone) {
+	if err == nil || errors.Is(err, driver.ErrTxDone) {
 		return nil
 	}
 	return fmt.Errorf("inbox: rollback: %w", err)

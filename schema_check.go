@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // schemaShape is the schema the inbox needs, as the shipped migrations leave it: Migrate checks it after applying
@@ -125,16 +127,10 @@ func (r schemaReport) err(table string) error {
 	return nil
 }
 
-// queryer is what *sql.Tx offers the schema check.
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // inspectSchema compares the schema of table with schemaShape. q must be a transaction: behind a pooler in
 // transaction mode, a parameterized statement outside one may have its two round trips served by two server
 // connections.
-func inspectSchema(ctx context.Context, q queryer, table string) (schemaReport, error) {
+func inspectSchema(ctx context.Context, q driver.Executor, table string) (schemaReport, error) {
 	var r schemaReport
 	name := func(s string) string { return strings.ReplaceAll(s, "{table}", table) }
 	for n, o := range schemaShape {
@@ -157,12 +153,12 @@ func inspectSchema(ctx context.Context, q queryer, table string) (schemaReport, 
 	return r, nil
 }
 
-func (r *schemaReport) checkTable(ctx context.Context, q queryer, table, key string, want []columnShape, inbox bool) error {
+func (r *schemaReport) checkTable(ctx context.Context, q driver.Executor, table, key string, want []columnShape, inbox bool) error {
 	var kind string
 	var gotKey sql.NullString
-	err := q.QueryRowContext(ctx, tableSQL, quoteIdent(table)).Scan(&kind, &gotKey)
+	err := q.QueryRow(ctx, tableSQL, quoteIdent(table)).Scan(&kind, &gotKey)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNoRows):
 		if inbox {
 			r.missing = true
 		}
@@ -187,7 +183,7 @@ func (r *schemaReport) checkTable(ctx context.Context, q queryer, table, key str
 	}
 	got := map[string]column{}
 	var order []string
-	rows, err := q.QueryContext(ctx, columnsSQL, quoteIdent(table))
+	rows, err := q.Query(ctx, columnsSQL, quoteIdent(table))
 	if err != nil {
 		return err
 	}
@@ -238,11 +234,11 @@ func (r *schemaReport) checkTable(ctx context.Context, q queryer, table, key str
 	return nil
 }
 
-func (r *schemaReport) checkTrigger(ctx context.Context, q queryer, table, trigger string) error {
+func (r *schemaReport) checkTrigger(ctx context.Context, q driver.Executor, table, trigger string) error {
 	var enabled string
-	err := q.QueryRowContext(ctx, triggerSQL, quoteIdent(table), trigger).Scan(&enabled)
+	err := q.QueryRow(ctx, triggerSQL, quoteIdent(table), trigger).Scan(&enabled)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNoRows):
 		r.absent = append(r.absent, fmt.Sprintf("trigger %s does not exist on table %s", trigger, table))
 	case err != nil:
 		return err
@@ -252,11 +248,11 @@ func (r *schemaReport) checkTrigger(ctx context.Context, q queryer, table, trigg
 	return nil
 }
 
-func (r *schemaReport) checkIndex(ctx context.Context, q queryer, table, index string) error {
+func (r *schemaReport) checkIndex(ctx context.Context, q driver.Executor, table, index string) error {
 	var onTable, valid bool
-	err := q.QueryRowContext(ctx, indexSQL, quoteIdent(index), quoteIdent(table)).Scan(&onTable, &valid)
+	err := q.QueryRow(ctx, indexSQL, quoteIdent(index), quoteIdent(table)).Scan(&onTable, &valid)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNoRows):
 		r.absent = append(r.absent, fmt.Sprintf("index %s does not exist", index))
 	case err != nil:
 		return err

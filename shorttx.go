@@ -2,11 +2,12 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 const (
@@ -25,7 +26,7 @@ const (
 // changed since rechecks its condition on the newest version. Under REPEATABLE READ or SERIALIZABLE the same
 // statement fails with a serialization error instead whenever another holder changed the row, which lease mode's
 // racing copies do all the time.
-var shortTxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+var shortTxOptions = driver.TxOptions{ReadCommitted: true}
 
 // inShortTx runs fn in a short transaction of its own and commits it, running it again (up to shortTxTries times
 // in all) when PostgreSQL aborted it for a serialization failure or a deadlock.
@@ -35,19 +36,19 @@ var shortTxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 // connection is free once the previous one finished; drivers that send a statement in two steps (lib/pq prepares
 // an unnamed statement, then binds it, with a sync between) would have the second step land on another server
 // connection than the first. Inside a transaction every step stays on one server connection.
-func inShortTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	return retryConflicts(ctx, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, db, fn) })
+func inShortTx(ctx context.Context, pool driver.Pool, fn func(tx driver.Tx) error) error {
+	return retryConflicts(ctx, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, pool, fn) })
 }
 
-func runShortTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, shortTxOptions)
+func runShortTx(ctx context.Context, pool driver.Pool, fn func(tx driver.Tx) error) error {
+	tx, err := pool.Begin(ctx, shortTxOptions)
 	if err != nil {
 		return poolerHint(fmt.Errorf("begin: %w", err))
 	}
 	if err := fn(tx); err != nil {
-		return poolerHint(errors.Join(err, rollbackErr(tx.Rollback())))
+		return poolerHint(errors.Join(err, rollbackErr(tx.Rollback(ctx))))
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return poolerHint(fmt.Errorf("commit: %w", err))
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // Stats is an operator's view of an inbox table, from ReadStats.
@@ -49,6 +51,15 @@ func ReadStats(ctx context.Context, db *sql.DB, opts ...Option) (Stats, error) {
 	if db == nil {
 		return Stats{}, fmt.Errorf("%w: ReadStats: db is nil", ErrInvalidOption)
 	}
+	return stdDatabase(db).ReadStats(ctx, opts...)
+}
+
+// ReadStats does on d what the package-level ReadStats does on a *sql.DB.
+func (d *Database) ReadStats(ctx context.Context, opts ...Option) (Stats, error) {
+	if d == nil || d.pool == nil {
+		return Stats{}, fmt.Errorf("%w: ReadStats: the database is nil", ErrInvalidOption)
+	}
+	pool := d.pool
 	c, err := newConfig(opts)
 	if err != nil {
 		return Stats{}, err
@@ -56,13 +67,13 @@ func ReadStats(ctx context.Context, db *sql.DB, opts ...Option) (Stats, error) {
 	s := newOpsStore(c.table)
 	st := Stats{Table: c.table}
 	var exists bool
-	err = inShortTx(ctx, db, func(tx *sql.Tx) error {
+	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
 		st = Stats{Table: c.table}
-		err := tx.QueryRowContext(ctx, s.statsSizesSQL, c.table).Scan(&st.Now, &exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+		err := tx.QueryRow(ctx, s.statsSizesSQL, c.table).Scan(&st.Now, &exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
 		if err != nil || !exists {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, s.statsConsumersSQL)
+		rows, err := tx.Query(ctx, s.statsConsumersSQL)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,52 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Database is the database an inbox keeps its tables in, reached through a driver adapter. The package-level
+// functions that take a *sql.DB (New, Middleware, Migrate, Cleanup, NewCleaner, ReadStats, Forget, Remembers) are
+// its methods over database/sql; other client libraries reach the same methods through their adapter, such as the
+// pgxinbox module's for pgx v5:
+//
+//	ib, err := inbox.On(driver.StdSQL(db)).New(opts...) // the same as inbox.New(db, opts...)
+type Database struct {
+	pool    driver.Pool
+	joiners []driver.Joiner
+}
+
+// On returns the Database that pool reaches. joiners find, in a message's context, a subscriber's transaction that
+// the inbox joins instead of beginning its own (see WithSubscriberTx); a Database over database/sql made by the
+// package-level functions joins watermill-sql v3's.
+func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
+	return &Database{pool: pool, joiners: joiners}
+}
+
+// stdDatabase is the Database of the package-level functions: database/sql, joining watermill-sql v3's subscriber.
+func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db), sqlV3Joiner{}) }
+
+// joined returns the subscriber transaction in ctx that the inbox should join, if any.
+func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {
+	for _, j := range d.joiners {
+		if tx, ok := j.Joined(ctx); ok {
+			return tx, true
+		}
+	}
+	return nil, false
+}
+
+// sqlV3Joiner finds watermill-sql v3's subscriber transaction.
+type sqlV3Joiner struct{}
+
+func (sqlV3Joiner) Joined(ctx context.Context) (driver.Tx, bool) {
+	tx, ok := wsql.TxFromContext(ctx)
+	if !ok || tx == nil {
+		return nil, false
+	}
+	return driver.StdSQLTx(tx), true
+}

@@ -1,0 +1,75 @@
+// Package driver is the seam between the inbox and a database client library: the few operations the inbox needs
+// from a connection pool and a transaction, whatever library provides them. The inbox ships an adapter over
+// database/sql (any driver) and, in its own module, one over pgx v5 (pgxinbox); an adapter for another library
+// implements these interfaces and nothing else. The SQL itself lives with the inbox's dialects, not here.
+package driver
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNoRows is what Row.Scan returns when the query returned no row. Adapters translate their library's own
+// no-rows error (sql.ErrNoRows, pgx.ErrNoRows) into it, so the inbox branches on one value.
+var ErrNoRows = errors.New("driver: no rows in result set")
+
+// ErrTxDone is what Commit and Rollback return for a transaction that already ended (database/sql ends one whose
+// context was cancelled). Adapters translate their library's own error (sql.ErrTxDone, pgx.ErrTxClosed) into it.
+var ErrTxDone = errors.New("driver: transaction has already been committed or rolled back")
+
+// Executor runs statements on a pool or in a transaction.
+type Executor interface {
+	// Exec runs a statement that returns no rows and reports how many rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (rowsAffected int64, err error)
+	// QueryRow runs a query that returns at most one row. Errors are reported by the Row's Scan.
+	QueryRow(ctx context.Context, query string, args ...any) Row
+	// Query runs a query that returns rows. The caller closes them.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+}
+
+// Row is the result of QueryRow.
+type Row interface {
+	// Scan copies the row's columns into dest, or returns ErrNoRows when there was none, or the query's error.
+	Scan(dest ...any) error
+}
+
+// Rows is the result of Query.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	// Err reports the error that ended the iteration, if any.
+	Err() error
+	// Close releases the rows; it may be called more than once.
+	Close() error
+}
+
+// Tx is a transaction begun by a Pool or found in a message's context.
+type Tx interface {
+	Executor
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+	// Native returns the library's own transaction (*sql.Tx, pgx.Tx): what a handler gets from the context to
+	// run its side effect on.
+	Native() any
+}
+
+// TxOptions are the transaction settings the inbox asks for.
+type TxOptions struct {
+	// ReadCommitted begins the transaction at READ COMMITTED whatever the session's default, for the inbox's own
+	// short statements, which are written for it. False keeps the default: a handler's transaction runs at the
+	// level the application chose.
+	ReadCommitted bool
+	// ReadOnly begins a read-only transaction.
+	ReadOnly bool
+}
+
+// Pool begins transactions on a database.
+type Pool interface {
+	Begin(ctx context.Context, opts TxOptions) (Tx, error)
+}
+
+// Joiner finds, in a message's context, a transaction that a subscriber opened and will commit itself (watermill-sql's
+// subscribers do), for the inbox to join instead of beginning its own.
+type Joiner interface {
+	Joined(ctx context.Context) (Tx, bool)
+}
