@@ -44,6 +44,9 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
 	dsn := os.Getenv("INBOX_TEST_DATABASE_URL")
 	if dsn == "" {
 		dsn = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
