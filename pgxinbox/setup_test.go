@@ -2,6 +2,7 @@ package pgxinbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"sync"
@@ -73,8 +74,9 @@ func uniqueName(prefix string) string {
 // testBundle is what a test needs around the inbox under test: its pool, its tables, and what it logged.
 type testBundle struct {
 	pool     *pgxpool.Pool
-	table    string // the inbox table
-	accounts string // a side-effect table: id, balance
+	sqlDB    *sql.DB // the same database over database/sql, for the tests that need both
+	table    string  // the inbox table
+	accounts string  // a side-effect table: id, balance
 	logs     *recordingLogger
 }
 
