@@ -1,0 +1,227 @@
+package pgxinbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
+)
+
+// testDSN is the PostgreSQL the tests run against: INBOX_TEST_DATABASE_URL, or this machine's default.
+func testDSN() string {
+	if dsn := os.Getenv("INBOX_TEST_DATABASE_URL"); dsn != "" {
+		return dsn
+	}
+	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// needsDB skips the test under -short, which runs only the tests that need no database; without -short a test
+// that needs PostgreSQL fails when it is missing.
+func needsDB(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
+}
+
+// openPool connects a pgx pool to dsn and fails the test, loudly, when it cannot.
+func openPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	return openPoolIn(t, dsn, pgx.QueryExecModeCacheStatement)
+}
+
+// openPoolIn is openPool with the pool's statements sent in mode (pgx's default is QueryExecModeCacheStatement).
+func openPoolIn(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	needsDB(t)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 10
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		t.Fatalf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL, or start it with "+
+			"`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`): %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+var tableSeq atomic.Int64
+
+// uniqueName returns a table name no other test, or test process, uses at the same time.
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
+}
+
+// testBundle is what a test needs around the inbox under test: its pool, its tables, and what it logged.
+type testBundle struct {
+	pool     *pgxpool.Pool
+	sqlDB    *sql.DB // the same database over database/sql, for the tests that need both
+	table    string  // the inbox table
+	accounts string  // a side-effect table: id, balance
+	logs     *recordingLogger
+}
+
+// newBundle migrates a fresh inbox table (with opts) and an accounts table with account 1 at balance 0.
+func newBundle(t testing.TB, opts ...inbox.Option) *testBundle {
+	t.Helper()
+	return newBundleOn(t, openPool(t, testDSN()), opts...)
+}
+
+// newBundleOn is newBundle over pool.
+func newBundleOn(t testing.TB, pool *pgxpool.Pool, opts ...inbox.Option) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &testBundle{pool: pool, table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
+	b.accounts = b.table + "_accounts"
+	t.Cleanup(func() { b.drop(t) })
+	require.NoError(t, pgxinbox.Database(b.pool).Migrate(ctx, append([]inbox.Option{inbox.WithTable(b.table)}, opts...)...))
+	_, err := b.pool.Exec(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL)`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)
+	require.NoError(t, err)
+	return b
+}
+
+// drop removes every object the inbox may have created under the bundle's table name.
+func (b *testBundle) drop(t testing.TB) {
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `DROP TABLE IF EXISTS `+b.accounts+`, `+b.table+`_produced, `+b.table+`, `+
+		b.table+`_locks, `+b.table+`_migrations`)
+	if err == nil {
+		_, err = b.pool.Exec(ctx, `DROP FUNCTION IF EXISTS `+b.table+`_unfinished_claim()`)
+	}
+	if err != nil {
+		t.Errorf("drop the test's tables: %v", err)
+	}
+}
+
+// options are the inbox options of the bundle's tests: its table, a fixed consumer name and its logger, then opts.
+func (b *testBundle) options(opts ...inbox.Option) []inbox.Option {
+	return append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs)}, opts...)
+}
+
+// credit is a handler whose side effect is not idempotent: every run adds amount to account 1, on the pgx
+// transaction the inbox gives it.
+func (b *testBundle) credit(amount int, calls *atomic.Int64) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if calls != nil {
+			calls.Add(1)
+		}
+		tx, ok := pgxinbox.TxFromContext(msg.Context())
+		if !ok {
+			return nil, fmt.Errorf("no pgx transaction in the handler's context")
+		}
+		_, err := tx.Exec(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
+		return nil, err
+	}
+}
+
+func (b *testBundle) balance(t testing.TB) int {
+	t.Helper()
+	var balance int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT balance FROM `+b.accounts+` WHERE id = 1`).Scan(&balance))
+	return balance
+}
+
+// rows counts the inbox rows of consumer.
+func (b *testBundle) rows(t testing.TB, consumer string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.table+` WHERE consumer = $1`, consumer).Scan(&n))
+	return n
+}
+
+// row returns the state and attempts of one inbox row.
+func (b *testBundle) row(t testing.TB, consumer, id string) (state string, attempts int) {
+	t.Helper()
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		`SELECT state, coalesce(attempts, 0) FROM `+b.table+` WHERE consumer = $1 AND message_id::text = $2`, consumer, id).
+		Scan(&state, &attempts))
+	return state, attempts
+}
+
+// newMsg returns a message carrying eventID under the default metadata key.
+func newMsg(eventID string) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
+	if eventID != "" {
+		msg.Metadata.Set(inbox.DefaultIDMetadataKey, eventID)
+	}
+	msg.SetContext(context.Background())
+	return msg
+}
+
+// recordingLogger keeps what the inbox logs, so tests can check what an operator would see.
+type recordingLogger struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (l *recordingLogger) log(msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, msg)
+}
+
+func (l *recordingLogger) Error(msg string, _ error, _ watermill.LogFields) { l.log(msg) }
+func (l *recordingLogger) Info(msg string, _ watermill.LogFields)           { l.log(msg) }
+func (l *recordingLogger) Debug(msg string, _ watermill.LogFields)          { l.log(msg) }
+func (l *recordingLogger) Trace(msg string, _ watermill.LogFields)          { l.log(msg) }
+func (l *recordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+// count returns how many entries were logged with exactly msg.
+func (l *recordingLogger) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.entries {
+		if e == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// recordingPublisher keeps what is published to it.
+type recordingPublisher struct {
+	mu        sync.Mutex
+	published map[string][]*message.Message
+}
+
+func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.published == nil {
+		p.published = map[string][]*message.Message{}
+	}
+	for _, m := range msgs {
+		p.published[topic] = append(p.published[topic], m.Copy())
+	}
+	return nil
+}
+
+func (p *recordingPublisher) Close() error { return nil }
+
+func (p *recordingPublisher) messages(topic string) []*message.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*message.Message(nil), p.published[topic]...)
+}

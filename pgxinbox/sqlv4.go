@@ -1,0 +1,48 @@
+package pgxinbox
+
+import (
+	"context"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// SQLv4Joiner finds the transaction of watermill-sql v4's subscriber in a message's context, for the inbox to join
+// instead of beginning its own, over either of v4's adapters: database/sql (BeginnerFromStdSQL) or pgx
+// (BeginnerFromPgx). Database joins it already; a database/sql user of v4 passes it to inbox.On:
+//
+//	db := inbox.On(driver.StdSQL(sqlDB), pgxinbox.SQLv4Joiner())
+//
+// The handler then reaches the subscriber's transaction as its adapter has it: a *sql.Tx from inbox.TxFromContext,
+// or a pgx.Tx from TxFromContext. The subscriber commits it after the ack, or on its own terms (see WithSubscriberTx
+// in the inbox package for how the inbox guards against that).
+func SQLv4Joiner() driver.Joiner { return sqlV4Joiner{} }
+
+type sqlV4Joiner struct{}
+
+func (sqlV4Joiner) Joined(ctx context.Context) (driver.Tx, bool) {
+	tx, ok := wsql.TxFromContext(ctx)
+	if !ok || tx == nil {
+		return nil, false
+	}
+	switch t := tx.(type) {
+	case *wsql.StdSQLTx:
+		if t != nil && t.Tx != nil {
+			return driver.StdSQLTx(t.Tx), true
+		}
+	case wsql.StdSQLTx:
+		if t.Tx != nil {
+			return driver.StdSQLTx(t.Tx), true
+		}
+	case *wsql.PgxTx:
+		if t != nil && t.Tx != nil {
+			return Tx(t.Tx), true
+		}
+	case wsql.PgxTx:
+		if t.Tx != nil {
+			return Tx(t.Tx), true
+		}
+	}
+	return nil, false
+}
