@@ -28,7 +28,12 @@ func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
 }
 
 // stdDatabase is the Database of the package-level functions: database/sql, joining watermill-sql v3's subscriber.
-func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db), sqlV3Joiner{}) }
+func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db), SQLv3Joiner()) }
+
+// SQLv3Joiner finds the transaction of watermill-sql v3's subscriber in a message's context, for On: the
+// package-level functions join it by default. Give it with other joiners (pgxinbox's, for watermill-sql v4) when
+// messages may come from either.
+func SQLv3Joiner() driver.Joiner { return sqlV3Joiner{} }
 
 // joined returns the subscriber transaction in ctx that the inbox should join, if any.
 func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {

@@ -46,7 +46,7 @@ Commands:
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
   transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
               (watermill-amqp), NATS JetStream (watermill-nats), Redis Streams (watermill-redisstream),
-              watermill-sql v3's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a
+              watermill-sql v3's and v4's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a
               --dup-rate share of them published again (same event ID, new message); the consumer subprocess is
               SIGKILLed --kills times mid-stream and restarted, a last consumer drains the queue, and effects are
               counted per event ID, with the inbox and without it. GoChannel's queue dies with its process, so its

@@ -18,6 +18,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
 // transportConsumerConfig is the command line of `harness consume-transport`: one consumer process of one cell of
@@ -107,10 +109,13 @@ func consumeTransport(c transportConsumerConfig) error {
 	h := router.AddConsumerHandler("credit", c.Run, sub, cons.credit)
 	h.AddMiddleware(cons.report)
 	if c.Variant == inboxVariant {
-		h.AddMiddleware(inbox.Middleware(db,
-			inbox.WithTable(inboxTable),
-			inbox.WithConsumer(c.Run),
-			inbox.WithLogger(logger)))
+		// The inbox joins the subscriber transaction of watermill-sql v3 or v4, whichever the message carries.
+		d := inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner(), pgxinbox.SQLv4Joiner())
+		ib, err := d.New(inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
+		if err != nil {
+			return err
+		}
+		h.AddMiddleware(ib.Middleware)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)

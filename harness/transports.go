@@ -14,6 +14,7 @@ import (
 	wnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -34,13 +35,15 @@ const (
 	redisTransport transportKind = "redis-streams"
 	// sqlV3Transport is watermill-sql v3's PostgreSQL pub/sub, whose subscriber transaction the inbox joins.
 	sqlV3Transport transportKind = "sql-v3"
+	// sqlV4Transport is watermill-sql v4's PostgreSQL pub/sub over its database/sql adapter (lib/pq); the inbox joins
+	// its subscriber transaction through pgxinbox's v4 joiner.
+	sqlV4Transport transportKind = "sql-v4"
 	// goChannel is Watermill's in-process pub/sub: no kills, see runTransportCell.
 	goChannel transportKind = "gochannel"
 )
 
-// allTransports is the matrix's row order. watermill-sql v4 is not a row yet: its cells go after sql-v3 once the
-// inbox speaks v4's transaction (see docs/transports.md).
-var allTransports = []transportKind{kafkaTransport, amqpTransport, natsTransport, redisTransport, sqlV3Transport, goChannel}
+// allTransports is the matrix's row order.
+var allTransports = []transportKind{kafkaTransport, amqpTransport, natsTransport, redisTransport, sqlV3Transport, sqlV4Transport, goChannel}
 
 func parseTransport(s string) (transportKind, error) {
 	for _, t := range allTransports {
@@ -111,6 +114,8 @@ func openTransport(ctx context.Context, kind transportKind, e *env, a transportA
 		return openRedis(ctx, a.Redis)
 	case sqlV3Transport:
 		return openSQLV3(e.db)
+	case sqlV4Transport:
+		return openSQLV4(e.db)
 	case goChannel:
 		return goChannelMatrix{}, nil
 	}
@@ -142,6 +147,8 @@ func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, logger waterm
 		}, logger)
 	case sqlV3Transport:
 		return wsql.NewSubscriber(db, sqlV3SubscriberConfig(c.Run), logger)
+	case sqlV4Transport:
+		return wsql4.NewSubscriber(wsql4.BeginnerFromStdSQL(db), sqlV4SubscriberConfig(c.Run), logger)
 	}
 	return nil, fmt.Errorf("no subscriber for transport %q", c.Transport)
 }
@@ -416,6 +423,64 @@ func (s *sqlV3Matrix) remove(ctx context.Context, run string) error {
 	return err
 }
 func (s *sqlV3Matrix) close() { _ = s.pub.Close() }
+
+// sqlV4Matrix is watermill-sql v4's PostgreSQL pub/sub over its database/sql adapter, in the harness's database.
+type sqlV4Matrix struct {
+	db  *sql.DB
+	pub *wsql4.Publisher
+}
+
+func openSQLV4(db *sql.DB) (*sqlV4Matrix, error) {
+	pub, err := wsql4.NewPublisher(wsql4.BeginnerFromStdSQL(db),
+		wsql4.PublisherConfig{SchemaAdapter: wsql4.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	return &sqlV4Matrix{db: db, pub: pub}, nil
+}
+
+// sqlV4SubscriberConfig polls every 20 ms, as sqlV3SubscriberConfig does.
+func sqlV4SubscriberConfig(group string) wsql4.SubscriberConfig {
+	return wsql4.SubscriberConfig{
+		ConsumerGroup:    group,
+		SchemaAdapter:    wsql4.DefaultPostgreSQLSchema{},
+		OffsetsAdapter:   wsql4.DefaultPostgreSQLOffsetsAdapter{},
+		InitializeSchema: true,
+		PollInterval:     20 * time.Millisecond,
+		ResendInterval:   20 * time.Millisecond,
+		RetryInterval:    20 * time.Millisecond,
+	}
+}
+
+func (s *sqlV4Matrix) addr() string { return "" }
+func (s *sqlV4Matrix) prepare(_ context.Context, run string) error {
+	sub, err := wsql4.NewSubscriber(wsql4.BeginnerFromStdSQL(s.db), sqlV4SubscriberConfig(run), watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return sub.SubscribeInitialize(run)
+}
+func (s *sqlV4Matrix) publish(_ context.Context, run string, msgs []*message.Message) error {
+	return s.pub.Publish(run, msgs...)
+}
+
+// backlog is the topic's highest offset minus the group's acked offset.
+func (s *sqlV4Matrix) backlog(ctx context.Context, run string) (int64, error) {
+	a := wsql4.DefaultPostgreSQLOffsetsAdapter{}
+	m := wsql4.DefaultPostgreSQLSchema{}
+	var n int64
+	err := s.db.QueryRowContext(ctx, `SELECT coalesce((SELECT max("offset") FROM `+m.MessagesTable(run)+`), 0)
+		- coalesce((SELECT offset_acked FROM `+a.MessagesOffsetsTable(run)+` WHERE consumer_group = $1), 0)`, run).Scan(&n)
+	return n, err
+}
+func (s *sqlV4Matrix) remove(ctx context.Context, run string) error {
+	a := wsql4.DefaultPostgreSQLOffsetsAdapter{}
+	m := wsql4.DefaultPostgreSQLSchema{}
+	_, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+m.MessagesTable(run)+`, `+a.MessagesOffsetsTable(run))
+	return err
+}
+func (s *sqlV4Matrix) close() { _ = s.pub.Close() }
 
 // goChannelMatrix has no broker: the consumer process publishes to itself, from a file the harness writes.
 type goChannelMatrix struct{}
