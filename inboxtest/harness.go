@@ -1,0 +1,111 @@
+// Package inboxtest is the inbox's behaviour suite: one set of cases that every way of reaching a database runs,
+// so that each client library and each database is held to the same behaviour. A driver's test implements
+// Harness in a few lines and calls Run:
+//
+//	func TestSuite_LibPQ(t *testing.T) {
+//		t.Parallel()
+//		inboxtest.Run(t, inboxtest.HarnessFunc(func(t testing.TB) inboxtest.Conn {
+//			db := openDB(t, "postgres")
+//			return inboxtest.StdSQL(db, inbox.On(driver.StdSQL(db)), inboxtest.PostgreSQL)
+//		}))
+//	}
+//
+// It is for tests only: it fails tests, and no program should import it.
+package inboxtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Harness connects the suite to the database under test.
+type Harness interface {
+	// Open connects to the database under test and fails t, saying how to start the database, when it cannot.
+	// It closes what it opened when t ends. Run calls it once, after its -short check, and every case shares
+	// what it returns, in parallel.
+	Open(t testing.TB) Conn
+}
+
+// HarnessFunc is a Harness made of its Open function.
+type HarnessFunc func(t testing.TB) Conn
+
+// Open calls f.
+func (f HarnessFunc) Open(t testing.TB) Conn { return f(t) }
+
+// Conn is the database under test as one client library reaches it.
+type Conn interface {
+	// Dialect is the SQL the suite writes for its own statements on this database.
+	Dialect() Dialect
+	// Database is the inbox's view of the database, through the library's adapter.
+	Database() *inbox.Database
+	// Pool reaches the same database for the suite's own statements: creating its side-effect tables, ageing
+	// inbox rows, reading them back. Each statement runs in a transaction of its own.
+	Pool() driver.Pool
+	// ExecInHandler runs query on the transaction the inbox gave the handler whose message context is ctx,
+	// found the way the library's users find it (inbox.TxFromContext for database/sql, pgxinbox.TxFromContext for
+	// pgx), and returns an error when ctx holds none.
+	ExecInHandler(ctx context.Context, query string, args ...any) error
+}
+
+// Dialect is the SQL of one database that the suite needs for its own statements. The inbox's statements are the
+// inbox's: the suite only sets the stage and reads the result, through the inbox table's columns consumer,
+// message_id, state, attempts, processed_at and locked_until.
+type Dialect struct {
+	// Name names the database in failure messages.
+	Name string
+	// Param returns the placeholder of the n-th (from 1) argument of a statement: "$1" or "?".
+	Param func(n int) string
+	// Ago returns an SQL expression for the database clock's time d ago, for processed_at and locked_until.
+	Ago func(d time.Duration) string
+	// DropInbox returns the statements that remove every object the inbox creates for the table named table
+	// (its side tables, functions, triggers), each one harmless when the object does not exist.
+	DropInbox func(table string) []string
+}
+
+// PostgreSQL is the dialect of PostgreSQL, whatever the client library.
+var PostgreSQL = Dialect{
+	Name:  "PostgreSQL",
+	Param: func(n int) string { return "$" + strconv.Itoa(n) },
+	Ago: func(d time.Duration) string {
+		return fmt.Sprintf("(now() - interval '%d microseconds')", d.Microseconds())
+	},
+	DropInbox: func(table string) []string {
+		return []string{
+			`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_locks, ` + table + `_migrations`,
+			`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`,
+		}
+	},
+}
+
+// StdSQL returns the Conn of a database/sql driver: database is the inbox over db (inbox.On(driver.StdSQL(db)),
+// or a dialect module's own), and a handler finds its transaction with inbox.TxFromContext.
+func StdSQL(db *sql.DB, database *inbox.Database, d Dialect) Conn {
+	return stdConn{db: db, database: database, dialect: d}
+}
+
+type stdConn struct {
+	db       *sql.DB
+	database *inbox.Database
+	dialect  Dialect
+}
+
+func (c stdConn) Dialect() Dialect          { return c.dialect }
+func (c stdConn) Database() *inbox.Database { return c.database }
+func (c stdConn) Pool() driver.Pool         { return driver.StdSQL(c.db) }
+
+func (c stdConn) ExecInHandler(ctx context.Context, query string, args ...any) error {
+	tx, ok := inbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("inboxtest: no *sql.Tx in the handler's context")
+	}
+	_, err := tx.ExecContext(ctx, query, args...)
+	return err
+}

@@ -1,0 +1,47 @@
+package inboxtest
+
+import (
+	"testing"
+)
+
+// Run runs every case of the suite against the database h opens, each as a parallel subtest with tables of its
+// own. Under -short it skips: every case needs the database. Without -short a database that cannot be reached
+// fails the test (the Harness's Open says how to start it).
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; run without -short")
+	}
+	conn := h.Open(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, conn)
+		})
+	}
+}
+
+// cases are the suite's cases, named as the sentences they prove.
+var cases = []struct {
+	name string
+	run  func(t *testing.T, conn Conn)
+}{
+	{"TransactionModeAppliesAMessageOnceAndSkipsItsDuplicate", appliesOnceAndSkipsTheDuplicate},
+	{"AHandlerErrorRollsBackTheEffectAndTheClaim", aHandlerErrorRollsBack},
+	{"AHandlerPanicRollsBackTheEffectAndTheClaim", aHandlerPanicRollsBack},
+	{"RacingCopiesApplyOnce", racingCopiesApplyOnce},
+	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
+	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
+	{"AMessageWithoutAnEventIDIsDeadLetteredAndAcked", noEventIDIsDeadLettered},
+	{"LeaseModeReleasesAFailedAttemptAndRunsTheNextWithTheSameIdempotencyKey", leaseReleasesAndRetries},
+	{"LeaseModeDeadLettersAnExhaustedMessageAndAcksLaterCopiesWithoutRunning", leaseExhausted},
+	{"LeaseModeTakesOverAnExpiredLeaseAndFencesTheLateHolder", leaseTakeover},
+	{"TransactionModeTakesOverARowLeaseModeReleased", modeSwitch},
+	{"MigrateRunsTwiceAndConcurrently", migrateTwiceAndConcurrently},
+	{"TheFirstMessageCreatesAMissingSchema", autoMigrate},
+	{"CleanupDeletesExpiredRowsAndKeepsTheOthers", cleanupDeletesExpired},
+	{"ASecondCleanupWhileOneRunsIsSkipped", cleanupConcurrentIsSkipped},
+	{"ReadStatsCountsEachConsumersRowsByState", readStats},
+	{"ForgetRemovesOneRowSoItsNextCopyIsAppliedAgain", forget},
+	{"RemembersReportsEachConsumer", remembers},
+}

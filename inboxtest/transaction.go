@@ -1,0 +1,196 @@
+package inboxtest
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+func appliesOnceAndSkipsTheDuplicate(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	var calls atomic.Int64
+	h := b.inbox(t).Middleware(b.credit(100, &calls))
+	for range 3 {
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, calls.Load(), "the duplicates must not run the handler")
+	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 1, b.rows(t))
+	state, _ := b.row(t, "evt-1")
+	require.Equal(t, "done", state)
+	require.Equal(t, 2, b.logs.count("skipped duplicate"))
+}
+
+func aHandlerErrorRollsBack(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	ib := b.inbox(t)
+	var calls atomic.Int64
+	credit := b.credit(100, &calls)
+	_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("fails after its write")
+	})(newMsg("evt-1"))
+	require.ErrorContains(t, err, "fails after its write")
+	require.EqualValues(t, 1, calls.Load())
+	require.Zero(t, b.balance(t), "the effect is rolled back")
+	require.Zero(t, b.rows(t), "and the claim with it")
+
+	_, err = ib.Middleware(credit)(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, calls.Load(), "the redelivery runs the handler")
+	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 1, b.rows(t))
+}
+
+func aHandlerPanicRollsBack(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	ib := b.inbox(t)
+	var calls atomic.Int64
+	credit := b.credit(100, &calls)
+	require.PanicsWithValue(t, "handler bug", func() {
+		_, _ = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := credit(msg); err != nil {
+				return nil, err
+			}
+			panic("handler bug")
+		})(newMsg("evt-1"))
+	})
+	require.EqualValues(t, 1, calls.Load())
+	require.Zero(t, b.balance(t), "the effect is rolled back")
+	require.Zero(t, b.rows(t), "and the claim with it")
+
+	_, err := ib.Middleware(credit)(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, calls.Load())
+	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 1, b.rows(t))
+}
+
+func racingCopiesApplyOnce(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	var calls atomic.Int64
+	credit := b.credit(100, &calls)
+	h := b.inbox(t).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		time.Sleep(50 * time.Millisecond) // holds the claim while the other copies arrive and wait on it
+		return credit(msg)
+	})
+	const copies = 8
+	start := make(chan struct{})
+	errs := make(chan error, copies)
+	var wg sync.WaitGroup
+	for range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := h(newMsg("evt-race"))
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, calls.Load())
+	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 1, b.rows(t))
+	require.Equal(t, copies-1, b.logs.count("skipped duplicate"))
+}
+
+// producing returns a handler that runs effect, then returns two messages with fresh random UUIDs, the first with
+// metadata that JSON text cannot carry as it is: a NUL byte and bytes that are not UTF-8, in keys and values.
+func producing(calls *atomic.Int64, effect message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		if effect != nil {
+			if _, err := effect(msg); err != nil {
+				return nil, err
+			}
+		}
+		first := message.NewMessage(watermill.NewUUID(), []byte{0x00, 0xff, 0xfe, 'x'})
+		first.Metadata.Set("nul", "a\x00b")
+		first.Metadata.Set("cut", "caf\xc3")
+		first.Metadata.Set("key\x00\xff", "plain")
+		first.Metadata.Set("unicode", "ünïcödé ✓")
+		second := message.NewMessage(watermill.NewUUID(), []byte("receipt"))
+		return []*message.Message{first, second}, nil
+	}
+}
+
+// requireReplayed checks that a duplicate returned the messages the first run produced, with the identities the
+// inbox derives and every byte kept.
+func requireReplayed(t *testing.T, first, again []*message.Message) {
+	t.Helper()
+	require.Len(t, first, 2)
+	require.Len(t, again, 2)
+	for i := range first {
+		want := inbox.ProducedMessageUUID(consumer, "evt-1", i)
+		require.Equal(t, want, first[i].UUID)
+		require.Equal(t, want, again[i].UUID)
+		require.Equal(t, want, again[i].Metadata.Get(inbox.DefaultIDMetadataKey))
+		require.Equal(t, first[i].Payload, again[i].Payload)
+		require.Equal(t, first[i].Metadata, again[i].Metadata)
+	}
+	require.Equal(t, "a\x00b", again[0].Metadata.Get("nul"))
+	require.Equal(t, "caf\xc3", again[0].Metadata.Get("cut"))
+	require.Equal(t, "plain", again[0].Metadata.Get("key\x00\xff"))
+	require.Equal(t, []byte{0x00, 0xff, 0xfe, 'x'}, []byte(again[0].Payload))
+}
+
+func producedInTransactionMode(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	var calls, credits atomic.Int64
+	h := b.inbox(t).Middleware(producing(&calls, b.credit(100, &credits)))
+	first, err := h(newMsg("evt-1"))
+	require.NoError(t, err)
+	again, err := h(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls.Load(), "the duplicate is replayed, not run")
+	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 1, b.rows(t))
+	requireReplayed(t, first, again)
+}
+
+func producedInLeaseMode(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	var calls atomic.Int64
+	h := b.inbox(t, inbox.WithLease(time.Minute)).Middleware(producing(&calls, nil))
+	first, err := h(newMsg("evt-1"))
+	require.NoError(t, err)
+	again, err := h(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls.Load(), "the duplicate is replayed, not run")
+	state, _ := b.row(t, "evt-1")
+	require.Equal(t, "done", state)
+	requireReplayed(t, first, again)
+}
+
+func noEventIDIsDeadLettered(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	dlq := &recordingPublisher{}
+	var calls atomic.Int64
+	msg := newMsg("")
+	_, err := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(b.credit(100, &calls))(msg)
+	require.NoError(t, err, "a dead-lettered message is acked")
+	require.Zero(t, calls.Load(), "never applied without deduplication")
+	require.Zero(t, b.balance(t))
+	require.Zero(t, b.rows(t))
+	dead := dlq.messages("deposits.dlq")
+	require.Len(t, dead, 1)
+	require.Equal(t, msg.UUID, dead[0].UUID)
+	require.Equal(t, msg.Payload, dead[0].Payload)
+	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), `metadata key "event_id" is not set`)
+}

@@ -1,0 +1,39 @@
+package pgxinbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
+)
+
+// TestSuite_PgxNative runs the behaviour suite over a pgx v5 pool, with the handler's effect on the pgx.Tx that
+// pgxinbox.TxFromContext returns.
+func TestSuite_PgxNative(t *testing.T) {
+	t.Parallel()
+	inboxtest.Run(t, inboxtest.HarnessFunc(func(t testing.TB) inboxtest.Conn {
+		return pgxConn{openPool(t, testDSN())}
+	}))
+}
+
+// pgxConn is the suite's view of a pgx pool.
+type pgxConn struct{ pool *pgxpool.Pool }
+
+func (c pgxConn) Dialect() inboxtest.Dialect { return inboxtest.PostgreSQL }
+func (c pgxConn) Database() *inbox.Database  { return pgxinbox.Database(c.pool) }
+func (c pgxConn) Pool() driver.Pool          { return pgxinbox.Pool(c.pool) }
+
+func (c pgxConn) ExecInHandler(ctx context.Context, query string, args ...any) error {
+	tx, ok := pgxinbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("no pgx transaction in the handler's context")
+	}
+	_, err := tx.Exec(ctx, query, args...)
+	return err
+}
