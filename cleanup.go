@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -121,7 +122,7 @@ func (d *Database) Cleanup(ctx context.Context, p CleanupParams, opts ...Option)
 	if err := p.validate(); err != nil {
 		return CleanupResult{}, err
 	}
-	return cleanup(ctx, d.pool, newOpsStore(c.table), c, p)
+	return cleanup(ctx, d.pool, newOpsStore(d.dialect, c.table), c, p)
 }
 
 func (p *CleanupParams) setDefaults() {
@@ -153,10 +154,13 @@ const cleanupLockHold = 5 * time.Minute
 func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p CleanupParams) (res CleanupResult, err error) {
 	start := time.Now()
 	holder := watermill.NewUUID()
-	hold := (cleanupLockHold + p.Pause).Milliseconds()
+	hold := cleanupLockHold + p.Pause
 	var locked bool
-	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
-		return tx.QueryRow(ctx, s.lockTakeSQL, cleanupLockName, holder, hold, p.Retention.Microseconds()).Scan(&locked, &res.Cutoff)
+	lock := dialect.LockParams{Table: s.table, Name: cleanupLockName, Holder: holder, Hold: hold, Back: p.Retention}
+	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		var err error
+		locked, res.Cutoff, err = s.d.TakeLock(ctx, tx, lock)
+		return err
 	})
 	if err != nil {
 		return res, s.wrap("cleanup: lock", err)
@@ -177,16 +181,18 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 		from := time.Time{} // year 1, before any processed_at
 		for {
 			var picked, deleted int64
-			err := inShortTx(ctx, pool, func(tx driver.Tx) error {
-				var one int
-				err := tx.QueryRow(ctx, s.lockExtendSQL, cleanupLockName, holder, hold).Scan(&one)
-				if errors.Is(err, driver.ErrNoRows) {
-					return errCleanupLockLost
-				}
+			err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+				held, err := s.d.ExtendLock(ctx, tx, lock)
 				if err != nil {
 					return err
 				}
-				return tx.QueryRow(ctx, s.cleanupBatchSQL, consumer, from, res.Cutoff, p.BatchSize).Scan(&picked, &deleted, &from)
+				if !held {
+					return errCleanupLockLost
+				}
+				b, err := s.d.CleanupBatch(ctx, tx, dialect.CleanupBatchParams{
+					Table: s.table, Consumer: consumer, From: from, Cutoff: res.Cutoff, Limit: p.BatchSize})
+				picked, deleted, from = b.Picked, b.Deleted, b.Next
+				return err
 			})
 			if err != nil {
 				return res, s.wrap("cleanup", err)
@@ -211,8 +217,10 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 		}
 	}
 
-	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
-		return tx.QueryRow(ctx, s.abandonedSQL, res.Cutoff).Scan(&res.Abandoned)
+	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		var err error
+		res.Abandoned, err = s.d.CountAbandoned(ctx, tx, s.table, res.Cutoff)
+		return err
 	})
 	if err != nil {
 		return res, s.wrap("count abandoned leases", err)
@@ -237,9 +245,8 @@ var errCleanupLockLost = errors.New("the cleanup lock ran out and another instan
 func (s *opsStore) unlock(ctx context.Context, pool driver.Pool, holder string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
-		_, err := tx.Exec(ctx, s.lockReleaseSQL, cleanupLockName, holder)
-		return err
+	err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		return s.d.ReleaseLock(ctx, tx, dialect.LockParams{Table: s.table, Name: cleanupLockName, Holder: holder})
 	})
 	if err != nil {
 		return s.wrap("cleanup: unlock", err)
@@ -250,34 +257,15 @@ func (s *opsStore) unlock(ctx context.Context, pool driver.Pool, holder string) 
 // listConsumers returns the consumers that have rows, in order.
 func (s *opsStore) listConsumers(ctx context.Context, pool driver.Pool) ([]string, error) {
 	var out []string
-	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
-		out = nil
-		rows, err := tx.Query(ctx, s.consumersSQL)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var consumer string
-			if err := rows.Scan(&consumer); err != nil {
-				return err
-			}
-			out = append(out, consumer)
-		}
-		return rows.Err()
+	err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		var err error
+		out, err = s.d.Consumers(ctx, tx, s.table)
+		return err
 	})
 	if err != nil {
 		return nil, s.wrap("list consumers", err)
 	}
 	return out, nil
-}
-
-// wrap adds the operation and the table to a driver error, and turns "no such table" into ErrSchemaMissing.
-func (s *opsStore) wrap(op string, err error) error {
-	if sqlState(err) == "42P01" {
-		return fmt.Errorf("inbox: %s %s: %w: %w", op, s.table, ErrSchemaMissing, err)
-	}
-	return fmt.Errorf("inbox: %s %s: %w", op, s.table, err)
 }
 
 // sleep waits d, or until ctx ends.
@@ -357,7 +345,7 @@ func (d *Database) NewCleaner(cfg CleanerConfig, opts ...Option) (*Cleaner, erro
 		return nil, fmt.Errorf("%w: CleanerConfig.Window %s is not shorter than Retention %s: the inbox would forget "+
 			"messages that can still be redelivered; keep them longer than the window, with a margin", ErrInvalidOption, cfg.Window, cfg.Retention)
 	}
-	cl := &Cleaner{pool: d.pool, cfg: cfg, c: c, store: newOpsStore(c.table)}
+	cl := &Cleaner{pool: d.pool, cfg: cfg, c: c, store: newOpsStore(d.dialect, c.table)}
 	if cfg.Window > 0 {
 		cl.watch = newMemoryWatch(cfg.Window)
 	}

@@ -6,6 +6,7 @@ import (
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -16,15 +17,23 @@ import (
 //
 //	ib, err := inbox.On(driver.StdSQL(db)).New(opts...) // the same as inbox.New(db, opts...)
 type Database struct {
+	dialect dialect.Dialect
 	pool    driver.Pool
 	joiners []driver.Joiner
 }
 
-// On returns the Database that pool reaches. joiners find, in a message's context, a subscriber's transaction that
-// the inbox joins instead of beginning its own (see WithSubscriberTx); a Database over database/sql made by the
-// package-level functions joins watermill-sql v3's.
+// On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
+// transaction that the inbox joins instead of beginning its own (see WithSubscriberTx); a Database over
+// database/sql made by the package-level functions joins watermill-sql v3's.
 func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
-	return &Database{pool: pool, joiners: joiners}
+	return OnDialect(Postgres, pool, joiners...)
+}
+
+// OnDialect returns the Database that pool reaches, speaking d's SQL: Postgres, or another database's dialect
+// such as the mysqlinbox module's. A dialect that cannot join a subscriber's transaction refuses joiners: New
+// then fails with ErrInvalidOption.
+func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *Database {
+	return &Database{dialect: d, pool: pool, joiners: joiners}
 }
 
 // stdDatabase is the Database of the package-level functions: database/sql, joining watermill-sql v3's subscriber.

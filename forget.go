@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -66,31 +67,18 @@ func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Option) (
 	if p.Consumer == "" || p.ID == "" {
 		return ForgottenRow{}, fmt.Errorf("%w: Forget: the consumer and the ID must both be set", ErrInvalidOption)
 	}
-	s := newOpsStore(c.table)
-	var r ForgottenRow
-	var deleted, leftover bool
-	var remainingMS int64
+	s := newOpsStore(d.dialect, c.table)
+	var f dialect.Forgotten
 	// Both statements in one short transaction: behind a transaction-pooling proxy each statement must be in one.
-	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
-		r, deleted, leftover = ForgottenRow{}, false, false
-		err := tx.QueryRow(ctx, s.forgetSQL, p.Consumer, p.ID, p.Force).
-			Scan(&r.State, &r.ProcessedAt, &r.Attempts, &r.LastError, &r.HadProduced)
-		if err == nil {
-			deleted = true
-			return nil
-		}
-		if !errors.Is(err, driver.ErrNoRows) {
-			return err
-		}
-		err = tx.QueryRow(ctx, s.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
-		if errors.Is(err, driver.ErrNoRows) {
-			return nil
-		}
-		leftover = err == nil
+	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		var err error
+		f, err = s.d.Forget(ctx, tx, dialect.ForgetParams{Table: c.table, Consumer: p.Consumer, ID: p.ID, Force: p.Force})
 		return err
 	})
+	r := ForgottenRow{State: f.State, ProcessedAt: f.ProcessedAt, Attempts: f.Attempts, LastError: f.LastError, HadProduced: f.HadProduced}
+	deleted, leftover := f.Deleted, f.Held
 	switch {
-	case sqlState(err) == "22P02": // not a UUID, in a uuid column: no row can have it
+	case s.d.Classify(err) == dialect.IDRefused: // not a UUID, in a uuid column: no row can have it
 		return ForgottenRow{}, fmt.Errorf("inbox: forget %s/%s: %w (the table stores UUIDs)", p.Consumer, p.ID, ErrNotFound)
 	case err != nil:
 		return ForgottenRow{}, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
@@ -104,5 +92,5 @@ func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Option) (
 		return r, fmt.Errorf("inbox: forget %s/%s: %w", p.Consumer, p.ID, ErrNotFound)
 	}
 	return r, fmt.Errorf("inbox: forget %s/%s: %w for another %s; wait for it to end, or force", p.Consumer, p.ID,
-		ErrLeaseHeld, (time.Duration(remainingMS) * time.Millisecond).Round(time.Second))
+		ErrLeaseHeld, f.Remaining.Round(time.Second))
 }

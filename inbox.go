@@ -31,14 +31,19 @@ func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 
 // New checks the options and returns an Inbox over d, as the package-level New does over a *sql.DB.
 func (d *Database) New(opts ...Option) (*Inbox, error) {
-	if d == nil || d.pool == nil {
+	if d == nil || d.pool == nil || d.dialect == nil {
 		return nil, fmt.Errorf("%w: the database is nil", ErrInvalidOption)
 	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox{db: d, cfg: c, store: newStore(c.table), readiness: newReadiness(c.table)}, nil
+	if !d.dialect.JoinsSubscriberTx() && (len(d.joiners) > 0 || (c.subscriberTxSet && c.subscriberTx)) {
+		return nil, fmt.Errorf("%w: the %s inbox cannot join a subscriber's transaction: it has no way to fail a commit "+
+			"that would keep an unfinished claim; let the inbox begin its own transaction (WithSubscriberTx(false))",
+			ErrInvalidOption, d.dialect.Name())
+	}
+	return &Inbox{db: d, cfg: c, store: newStore(d.dialect, c.table), readiness: newReadiness(c.table)}, nil
 }
 
 // Middleware returns a router middleware that applies each message at most once per consumer, with its effect,

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -90,7 +91,7 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 	switch {
 	case errors.Is(err, ErrInvalidEventID):
 		return nil, true, unusable{err}
-	case err != nil && state == stateApplying && sqlState(err) == "40001":
+	case err != nil && state == stateApplying && i.db.dialect.Classify(err) == dialect.SerializationFailure:
 		return i.skipCommitted(msg, consumer, id, err, ob)
 	case err != nil:
 		return nil, false, err
@@ -168,7 +169,7 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 // 'applying' (migrations/003_applying_guard.up.sql).
 func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
-	if _, err := tx.Exec(ctx, savepointSQL); err != nil {
+	if err := i.store.savepoint(ctx, tx, dialect.SetSavepoint); err != nil {
 		return nil, fmt.Errorf("inbox: savepoint %s/%s: %w", consumer, id, err)
 	}
 	ended := false
@@ -178,9 +179,9 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		}
 		ended = true
 		bg := context.WithoutCancel(ctx)
-		_, err := tx.Exec(bg, rollbackSavepointSQL)
+		err := i.store.savepoint(bg, tx, dialect.RollbackSavepoint)
 		if err == nil {
-			_, err = tx.Exec(bg, releaseSavepointSQL)
+			err = i.store.savepoint(bg, tx, dialect.ReleaseSavepoint)
 		}
 		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
 	}
@@ -194,7 +195,7 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		return produced, err
 	}
 	start := time.Now()
-	_, err = tx.Exec(ctx, releaseSavepointSQL)
+	err = i.store.savepoint(ctx, tx, dialect.ReleaseSavepoint)
 	ob.commitDone(start, err)
 	if err != nil {
 		err = fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)

@@ -68,11 +68,13 @@ type config struct {
 	maxIDLength  int
 	rejectDelay  time.Duration
 	subscriberTx bool
-	observer     Observer
-	lease        time.Duration
-	maxAttempts  int
-	idType       IDType
-	autoMigrate  bool
+	// subscriberTxSet is true when WithSubscriberTx was given.
+	subscriberTxSet bool
+	observer        Observer
+	lease           time.Duration
+	maxAttempts     int
+	idType          IDType
+	autoMigrate     bool
 
 	// Whether the option was given, for the options whose zero value is also a choice.
 	consumerSet    bool
@@ -125,7 +127,9 @@ func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.reject
 // WithSubscriberTx decides whether the inbox joins the transaction of watermill-sql's subscriber when the message
 // carries one (the default, true). Turn it off when that subscriber reads from another database than the inbox's:
 // the inbox then opens its own transaction on its own database.
-func WithSubscriberTx(join bool) Option { return func(c *config) { c.subscriberTx = join } }
+func WithSubscriberTx(join bool) Option {
+	return func(c *config) { c.subscriberTx, c.subscriberTxSet = join, true }
+}
 
 // WithIDType creates the message_id column of a new inbox table as t instead of IDTypeText, in Migrate and when
 // the middleware creates the table itself (WithAutoMigrate). It does not change the type of a table that exists.

@@ -134,7 +134,7 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 		return "", err
 	}
 	if i.cfg.autoMigrate && (report.missing || report.incomplete()) {
-		res, err := migrate(ctx, i.db.pool, i.cfg)
+		res, err := migrate(ctx, i.db, i.cfg)
 		if err != nil {
 			return "", err
 		}
@@ -161,7 +161,8 @@ func (i *Inbox) inspectSchema(ctx context.Context) (schemaReport, error) {
 		return schemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
-	return inspectSchema(ctx, tx, i.cfg.table)
+	r, err := i.db.dialect.InspectSchema(ctx, tx, i.cfg.table)
+	return fromDialectReport(r), err
 }
 
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the

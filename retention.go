@@ -60,28 +60,18 @@ func (d *Database) Remembers(ctx context.Context, opts ...Option) ([]ConsumerMem
 	if err != nil {
 		return nil, err
 	}
-	return newOpsStore(c.table).remembers(ctx, pool)
+	return newOpsStore(d.dialect, c.table).remembers(ctx, pool)
 }
 
 func (s *opsStore) remembers(ctx context.Context, pool driver.Pool) ([]ConsumerMemory, error) {
 	var out []ConsumerMemory
-	err := inShortTx(ctx, pool, func(tx driver.Tx) error {
+	err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		ms, err := s.d.Remembers(ctx, tx, s.table)
 		out = nil
-		rows, err := tx.Query(ctx, s.memorySQL)
-		if err != nil {
-			return err
+		for _, m := range ms {
+			out = append(out, ConsumerMemory{Consumer: m.Consumer, Oldest: m.Oldest, Age: m.Now.Sub(m.Oldest)})
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var m ConsumerMemory
-			var now time.Time
-			if err := rows.Scan(&m.Consumer, &m.Oldest, &now); err != nil {
-				return err
-			}
-			m.Age = now.Sub(m.Oldest)
-			out = append(out, m)
-		}
-		return rows.Err()
+		return err
 	})
 	if err != nil {
 		return nil, s.wrap("read oldest rows", err)

@@ -6,12 +6,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -21,15 +21,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migration is one versioned schema change of the inbox table.
-type Migration struct {
-	// Version orders migrations; Migrate applies each once, in ascending order.
-	Version int
-	// Name is the file name's description, such as "inbox".
-	Name string
-	// Up and Down are the SQL that applies and reverts the change, for the configured table.
-	Up, Down string
-}
+// Migration is one versioned schema change of the inbox table: Version orders migrations and Migrate applies each
+// once, in ascending order; Name is the file name's description, such as "inbox"; Up and Down are the SQL that
+// applies and reverts the change, for the configured table.
+type Migration = dialect.Migration
 
 // Migrations returns the inbox's schema changes for the table the options name, in order. Use it to feed the SQL to
 // a migration tool of your own; Migrate applies the same statements.
@@ -111,7 +106,7 @@ func (d *Database) Migrate(ctx context.Context, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	_, err = migrate(ctx, d.pool, c)
+	_, err = migrate(ctx, d, c)
 	return err
 }
 
@@ -121,74 +116,30 @@ type migrated struct {
 	schema   schemaReport // the schema it checked, as it commits it
 }
 
-func migrate(ctx context.Context, pool driver.Pool, c config) (res migrated, err error) {
-	ms, err := migrations(c.table, c.idType)
+func migrate(ctx context.Context, d *Database, c config) (res migrated, err error) {
+	ms, err := d.dialect.Migrations(c.table, string(c.idType))
 	if err != nil {
 		return res, err
 	}
-	tx, err := pool.Begin(ctx, driver.TxOptions{})
-	if err != nil {
-		return res, fmt.Errorf("inbox: migrate: begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, rollbackErr(tx.Rollback(ctx)))
-			return
-		}
-		if err = tx.Commit(ctx); err != nil {
-			err = fmt.Errorf("inbox: migrate: commit: %w", err)
-		}
-	}()
-
-	// The lock ends with the transaction, so a crashed migrator cannot leave it held.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey(c.table)); err != nil {
-		return res, fmt.Errorf("inbox: migrate: lock: %w", err)
-	}
 	versions := c.table + "_migrations"
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS "`+versions+`" (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now()
-	)`); err != nil {
-		return res, fmt.Errorf("inbox: migrate: create %s: %w", versions, err)
-	}
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM "`+versions+`"`).Scan(&res.from); err != nil {
-		return res, fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
-	}
-	res.to = res.from
-	for _, m := range ms {
-		if m.Version <= res.from {
-			continue
+	check := func(ctx context.Context, q driver.Executor, from, to int) error {
+		r, err := d.dialect.InspectSchema(ctx, q, c.table)
+		if err != nil {
+			return fmt.Errorf("inbox: migrate: %w", err)
 		}
-		if _, err := tx.Exec(ctx, m.Up); err != nil {
-			return res, fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, c.table, err)
+		res.schema = fromDialectReport(r)
+		if res.schema.missing { // only possible when versions were recorded before: the first one creates the table
+			return fmt.Errorf("inbox: migrate: %w: table %s does not exist, but %s records version %d as applied: "+
+				"the table was dropped after it was migrated, and its history with it; drop %s too to create the table again",
+				ErrSchemaDrift, c.table, versions, from, versions)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO "`+versions+`" (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			return res, fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
+		if err := res.schema.err(c.table); err != nil {
+			return fmt.Errorf("inbox: migrate %s: %w", c.table, err)
 		}
-		res.to = m.Version
+		return nil
 	}
-
-	if res.schema, err = inspectSchema(ctx, tx, c.table); err != nil {
-		return res, fmt.Errorf("inbox: migrate: %w", err)
-	}
-	if res.schema.missing { // only possible when versions were recorded before: the first one creates the table
-		return res, fmt.Errorf("inbox: migrate: %w: table %s does not exist, but %s records version %d as applied: "+
-			"the table was dropped after it was migrated, and its history with it; drop %s too to create the table again",
-			ErrSchemaDrift, c.table, versions, res.from, versions)
-	}
-	if err := res.schema.err(c.table); err != nil {
-		return res, fmt.Errorf("inbox: migrate %s: %w", c.table, err)
-	}
-	return res, nil
-}
-
-// migrationLockKey derives the advisory lock key from the table name, so migrations of two inbox tables do not wait
-// for each other. The prefix keeps the key apart from other users of advisory locks hashing the same name.
-func migrationLockKey(table string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("watermill-inbox:migrate:" + table))
-	return int64(h.Sum64())
+	res.from, res.to, err = d.dialect.Migrate(ctx, d.pool, dialect.MigrateParams{Table: c.table, Migrations: ms, Check: check})
+	return res, err
 }
 
 // rollbackErr drops the error a rollback reports for a transaction that the client library already ended (because

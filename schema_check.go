@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -75,42 +76,17 @@ func indexShape(on, name string) shapeObject {
 	return shapeObject{kind: shapeIndex, name: name, on: on}
 }
 
-// Catalog queries of the schema check. Each names its object through to_regclass, which resolves the name with
-// the connection's search_path as every inbox query does, and gives NULL, so no row, for a missing object instead
-// of an error that would abort the transaction. Names reach them double-quoted, so that they mean exactly the
-// configured lower-case name.
-const (
-	// A table's kind ('r' for a table, 'p' for a partitioned one) and its primary key's columns in key order.
-	tableSQL = `SELECT c.relkind::text,
-			(SELECT string_agg(a.attname, ', ' ORDER BY k.n)
-			 FROM pg_index i
-			 CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
-			 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-			 WHERE i.indrelid = c.oid AND i.indisprimary)
-		FROM pg_class c WHERE c.oid = to_regclass($1)`
-
-	// A table's live columns. The last value tells whether an INSERT that leaves the column out still works.
-	columnsSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-			a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> ''
-		FROM pg_attribute a
-		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`
-
-	// A trigger of a table: 'D' in tgenabled means disabled, 'R' firing only for replication sessions.
-	triggerSQL = `SELECT t.tgenabled::text FROM pg_trigger t WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
-
-	// An index: whether it belongs to the expected table, and whether it is valid (a failed CREATE INDEX
-	// CONCURRENTLY leaves an invalid one behind, which no query uses).
-	indexSQL = `SELECT i.indrelid IS NOT DISTINCT FROM to_regclass($2), i.indisvalid
-		FROM pg_index i WHERE i.indexrelid = to_regclass($1)`
-)
-
 // schemaReport is what the schema check found.
 type schemaReport struct {
 	idType  IDType   // the type of the inbox table's message_id; "" when it is neither text nor uuid
 	missing bool     // the inbox table does not exist
 	absent  []string // objects of schemaShape that do not exist
 	wrong   []string // objects that exist in another shape
+}
+
+// fromDialectReport turns a dialect's report into the inbox's.
+func fromDialectReport(r dialect.SchemaReport) schemaReport {
+	return schemaReport{idType: IDType(r.IDType), missing: r.Missing, absent: r.Absent, wrong: r.Wrong}
 }
 
 // incomplete reports whether only whole objects are missing, which Migrate can add without touching what exists.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -29,38 +30,38 @@ const (
 var shortTxOptions = driver.TxOptions{ReadCommitted: true}
 
 // inShortTx runs fn in a short transaction of its own and commits it, running it again (up to shortTxTries times
-// in all) when PostgreSQL aborted it for a serialization failure or a deadlock.
+// in all) when the database aborted it for a conflict with another transaction.
 //
 // Each statement the inbox runs outside a caller's transaction goes through here, not through the pool's
 // autocommit. A transaction-pooling proxy such as pgbouncer hands a client's statements to whichever server
 // connection is free once the previous one finished; drivers that send a statement in two steps (lib/pq prepares
 // an unnamed statement, then binds it, with a sync between) would have the second step land on another server
 // connection than the first. Inside a transaction every step stays on one server connection.
-func inShortTx(ctx context.Context, pool driver.Pool, fn func(tx driver.Tx) error) error {
-	return retryConflicts(ctx, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, pool, fn) })
+func inShortTx(ctx context.Context, pool driver.Pool, d dialect.Dialect, fn func(tx driver.Tx) error) error {
+	return retryConflicts(ctx, d, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, pool, d, fn) })
 }
 
-func runShortTx(ctx context.Context, pool driver.Pool, fn func(tx driver.Tx) error) error {
+func runShortTx(ctx context.Context, pool driver.Pool, d dialect.Dialect, fn func(tx driver.Tx) error) error {
 	tx, err := pool.Begin(ctx, shortTxOptions)
 	if err != nil {
-		return poolerHint(fmt.Errorf("begin: %w", err))
+		return poolerHint(d, fmt.Errorf("begin: %w", err))
 	}
 	if err := fn(tx); err != nil {
-		return poolerHint(errors.Join(err, rollbackErr(tx.Rollback(ctx))))
+		return poolerHint(d, errors.Join(err, rollbackErr(tx.Rollback(ctx))))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return poolerHint(fmt.Errorf("commit: %w", err))
+		return poolerHint(d, fmt.Errorf("commit: %w", err))
 	}
 	return nil
 }
 
-// retryConflicts calls try until it succeeds, fails with an error other than a serialization failure (40001) or a
-// deadlock (40P01), or has been called tries times. Between calls it waits a jittered, doubling backoff, and stops
+// retryConflicts calls try until it succeeds, fails with an error other than one d classifies as retryable (a
+// serialization failure, a deadlock, a lock wait that ran out), or has been called tries times. Between calls it waits a jittered, doubling backoff, and stops
 // early when ctx ends.
-func retryConflicts(ctx context.Context, tries int, backoff time.Duration, try func() error) error {
+func retryConflicts(ctx context.Context, d dialect.Dialect, tries int, backoff time.Duration, try func() error) error {
 	for n := 1; ; n++ {
 		err := try()
-		if err == nil || !isConflict(err) {
+		if err == nil || !d.Classify(err).Retryable() {
 			return err
 		}
 		if n == tries {
@@ -74,20 +75,10 @@ func retryConflicts(ctx context.Context, tries int, backoff time.Duration, try f
 	}
 }
 
-// isConflict reports whether PostgreSQL aborted a transaction because of a concurrent one: a serialization
-// failure or a deadlock. Both roll the whole transaction back, so it can run again.
-func isConflict(err error) bool {
-	switch sqlState(err) {
-	case "40001", "40P01": // serialization_failure, deadlock_detected
-		return true
-	}
-	return false
-}
-
 // poolerHint adds what to do to the error a driver reports when a statement it prepared on one server connection
 // is used on another, which is what a transaction-pooling proxy does to a driver that caches prepared statements.
-func poolerHint(err error) error {
-	if sqlState(err) != "26000" { // invalid_sql_statement_name
+func poolerHint(d dialect.Dialect, err error) error {
+	if d.Classify(err) != dialect.StatementMissing {
 		return err
 	}
 	return fmt.Errorf("%w (behind a transaction-pooling proxy such as pgbouncer, the driver must not reuse prepared "+

@@ -22,7 +22,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Parallel()
 		fails := []error{pgError("40001"), pgError("40P01")}
 		calls := 0
-		err := retryConflicts(context.Background(), 5, time.Millisecond, func() error {
+		err := retryConflicts(context.Background(), Postgres, 5, time.Millisecond, func() error {
 			calls++
 			if calls <= len(fails) {
 				return fails[calls-1]
@@ -36,7 +36,7 @@ func TestRetryConflicts(t *testing.T) {
 	t.Run("GivesUpAfterTheBoundAndSaysSo", func(t *testing.T) {
 		t.Parallel()
 		calls := 0
-		err := retryConflicts(context.Background(), 4, time.Millisecond, func() error { calls++; return pgError("40001") })
+		err := retryConflicts(context.Background(), Postgres, 4, time.Millisecond, func() error { calls++; return pgError("40001") })
 		require.Equal(t, 4, calls)
 		require.ErrorIs(t, err, pgError("40001"))
 		require.ErrorContains(t, err, "after 4 tries")
@@ -46,7 +46,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Parallel()
 		for _, fail := range []error{pgError("23505"), pgError("22021"), errors.New("connection refused")} {
 			calls := 0
-			err := retryConflicts(context.Background(), 5, time.Millisecond, func() error { calls++; return fail })
+			err := retryConflicts(context.Background(), Postgres, 5, time.Millisecond, func() error { calls++; return fail })
 			require.Equal(t, 1, calls, "%v", fail)
 			require.Equal(t, fail, err)
 		}
@@ -56,7 +56,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(context.Background())
 		calls := 0
-		err := retryConflicts(ctx, 5, time.Hour, func() error { calls++; cancel(); return pgError("40P01") })
+		err := retryConflicts(ctx, Postgres, 5, time.Hour, func() error { calls++; cancel(); return pgError("40P01") })
 		require.Equal(t, 1, calls)
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, pgError("40P01"))

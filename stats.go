@@ -64,32 +64,22 @@ func (d *Database) ReadStats(ctx context.Context, opts ...Option) (Stats, error)
 	if err != nil {
 		return Stats{}, err
 	}
-	s := newOpsStore(c.table)
+	s := newOpsStore(d.dialect, c.table)
 	st := Stats{Table: c.table}
 	var exists bool
-	err = inShortTx(ctx, pool, func(tx driver.Tx) error {
-		st = Stats{Table: c.table}
-		err := tx.QueryRow(ctx, s.statsSizesSQL, c.table).Scan(&st.Now, &exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
-		if err != nil || !exists {
-			return err
-		}
-		rows, err := tx.Query(ctx, s.statsConsumersSQL)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var cs ConsumerStats
-			var oldest sql.NullTime
-			if err := rows.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest); err != nil {
-				return err
-			}
-			if oldest.Valid {
-				cs.Oldest, cs.Age = oldest.Time, st.Now.Sub(oldest.Time)
+	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		ds, err := s.d.Stats(ctx, tx, c.table)
+		st = Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes}
+		exists = ds.Exists
+		for _, dc := range ds.Consumers {
+			cs := ConsumerStats{Consumer: dc.Consumer, Rows: dc.Rows, Done: dc.Done, Failed: dc.Failed,
+				Released: dc.Released, Processing: dc.Processing, Expired: dc.Expired}
+			if !dc.Oldest.IsZero() {
+				cs.Oldest, cs.Age = dc.Oldest, st.Now.Sub(dc.Oldest)
 			}
 			st.Consumers = append(st.Consumers, cs)
 		}
-		return rows.Err()
+		return err
 	})
 	if err != nil {
 		return st, s.wrap("read stats of", err)

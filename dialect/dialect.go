@@ -1,0 +1,280 @@
+// Package dialect is the seam between the inbox and a database's SQL: every statement the inbox runs is one named
+// operation of Dialect, with its inputs in a params struct, so that all of one database's SQL lives in one
+// implementation. The inbox ships PostgreSQL's; the mysqlinbox module ships MySQL's and MariaDB's. A dialect runs
+// its statements through the driver package's Executor and Pool, so it works over any client library that has an
+// adapter there.
+//
+// Every operation gets the inbox table's name in its params. The name was validated before (lower-case letters,
+// digits and underscores), so a dialect may put it into its SQL as it is; the tables beside it are named after it
+// with a suffix ("_produced", "_locks", "_migrations").
+package dialect
+
+import (
+	"context"
+	"time"
+
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Dialect runs the inbox's statements on one kind of database. Operations that take a driver.Executor run inside
+// a transaction the inbox began (or joined) and ends; the ones that take a driver.Pool manage their own.
+type Dialect interface {
+	// Name names the database, for messages: "postgres", "mysql".
+	Name() string
+
+	// Classify tells what a driver error means to the inbox; the inbox never reads error codes itself.
+	Classify(err error) ErrorKind
+
+	// JoinsSubscriberTx reports whether the inbox may claim inside a transaction a subscriber began and commits
+	// (Savepoint and Finish are then used). A dialect that cannot guard such a claim against an early commit
+	// returns false, and the inbox refuses to be built with a way to join one.
+	JoinsSubscriberTx() bool
+
+	// Claim inserts the row of (Consumer, ID) in State, and reports whether the transaction now owns it; false
+	// means the row was there, and the transaction did not take it.
+	Claim(ctx context.Context, tx driver.Executor, p ClaimParams) (claimed bool, err error)
+	// ReadRow returns a row's state and the produced messages stored with it (nil for none); driver.ErrNoRows
+	// when there is no row.
+	ReadRow(ctx context.Context, q driver.Executor, p RowParams) (state string, produced []byte, err error)
+	// SaveProduced stores the produced messages of a row the transaction claimed as 'done'.
+	SaveProduced(ctx context.Context, tx driver.Executor, p ProducedParams) error
+	// Finish turns a row the transaction claimed as 'applying' 'done' and stores the produced messages (nil for
+	// none), so that a commit can never see one without the other. It reports false when the row is no longer
+	// 'applying'.
+	Finish(ctx context.Context, tx driver.Executor, p ProducedParams) (finished bool, err error)
+	// TakeOver gives the transaction, in State, a row lease mode left free: 'released', or 'processing' with a
+	// lease run out by the database clock. It reports false when the row is held or finished.
+	TakeOver(ctx context.Context, tx driver.Executor, p ClaimParams) (took bool, err error)
+	// Savepoint sets, rolls back to or releases the savepoint around a claim in a subscriber's transaction.
+	Savepoint(ctx context.Context, tx driver.Executor, step SavepointStep) error
+
+	// ClaimLease claims the lease of a row for Token, or reads why it cannot, in the inbox's short transaction.
+	ClaimLease(ctx context.Context, tx driver.Executor, p LeaseClaimParams) (LeaseClaim, error)
+	// ExtendLease, ReleaseLease, CompleteLease and FailLease are the lease holder's writes, each a compare-and-set
+	// on the token and the 'processing' state: they report false, and change nothing, when the lease is no
+	// longer Token's. Arg is the new lease length in ms for ExtendLease, the error text (string) for ReleaseLease
+	// and FailLease, and the produced messages ([]byte, nil for none) for CompleteLease.
+	ExtendLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
+	ReleaseLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
+	CompleteLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
+	FailLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
+
+	// TakeLock takes a named lock row of the table's locks table for Holder, for Hold, when it is free or its
+	// holder's time ran out, and returns the database's clock minus Back (the cleanup's cutoff).
+	TakeLock(ctx context.Context, tx driver.Executor, p LockParams) (taken bool, cutoff time.Time, err error)
+	// ExtendLock extends Holder's lock by Hold; false when Holder no longer holds it.
+	ExtendLock(ctx context.Context, tx driver.Executor, p LockParams) (held bool, err error)
+	// ReleaseLock frees Holder's lock; another holder's is left alone.
+	ReleaseLock(ctx context.Context, tx driver.Executor, p LockParams) error
+	// Consumers lists the consumers that have rows, in order.
+	Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error)
+	// CleanupBatch deletes at most Limit of one consumer's rows, not 'processing', with From <= processed_at <
+	// Cutoff, oldest first.
+	CleanupBatch(ctx context.Context, tx driver.Executor, p CleanupBatchParams) (CleanupBatch, error)
+	// CountAbandoned counts 'processing' rows whose lease ran out before cutoff.
+	CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (int64, error)
+	// Remembers returns each consumer's oldest row that is not 'processing', with the database's clock.
+	Remembers(ctx context.Context, tx driver.Executor, table string) ([]Memory, error)
+	// Stats counts each consumer's rows by state and reads the table's size; Exists is false without the table.
+	Stats(ctx context.Context, tx driver.Executor, table string) (Stats, error)
+	// Forget deletes one row, unless it holds a live lease and Force is false.
+	Forget(ctx context.Context, tx driver.Executor, p ForgetParams) (Forgotten, error)
+
+	// Migrations returns the dialect's schema changes for the table, in order.
+	Migrations(table string, idType string) ([]Migration, error)
+	// Migrate applies the migrations not applied yet, records them in the table's versions table and calls
+	// Check before it ends; an error from Check undoes what the database can undo. Many processes may call it at
+	// once: they take turns.
+	Migrate(ctx context.Context, pool driver.Pool, p MigrateParams) (from, to int, err error)
+	// InspectSchema compares the table's schema with the shape the inbox needs.
+	InspectSchema(ctx context.Context, q driver.Executor, table string) (SchemaReport, error)
+}
+
+// ErrorKind is what a driver error means to the inbox.
+type ErrorKind int
+
+const (
+	// Other is any error the inbox has no special handling for.
+	Other ErrorKind = iota
+	// NoTable is a statement that named a table that does not exist.
+	NoTable
+	// IDRefused is a value the database cannot store in a message_id column or its key: not a UUID for a uuid
+	// column, too long for the key, characters the column cannot hold.
+	IDRefused
+	// ValueRefused is any other value the database refuses to store (bad data, a limit, a check): it would be
+	// refused again on every try.
+	ValueRefused
+	// SerializationFailure is a transaction that read a snapshot older than a row it must write, and was rolled
+	// back: running it again is safe.
+	SerializationFailure
+	// LockConflict is a transaction rolled back for a deadlock or a lock wait that ran out: running it again is
+	// safe.
+	LockConflict
+	// StatementMissing is a prepared statement the server does not know: a driver that caches prepared
+	// statements, behind a transaction-pooling proxy.
+	StatementMissing
+)
+
+// Retryable reports whether a transaction that failed with k may run again.
+func (k ErrorKind) Retryable() bool { return k == SerializationFailure || k == LockConflict }
+
+// SavepointStep is a step of the savepoint around a claim in a subscriber's transaction.
+type SavepointStep int
+
+const (
+	// SetSavepoint sets the savepoint before the claim.
+	SetSavepoint SavepointStep = iota
+	// RollbackSavepoint undoes everything since it.
+	RollbackSavepoint
+	// ReleaseSavepoint keeps everything since it and forgets it.
+	ReleaseSavepoint
+)
+
+// ClaimParams are the inputs of Claim and TakeOver.
+type ClaimParams struct {
+	Table, Consumer, ID string
+	// State is "done" in a transaction the inbox commits, "applying" in one it does not.
+	State string
+}
+
+// RowParams name one row.
+type RowParams struct {
+	Table, Consumer, ID string
+}
+
+// ProducedParams are the inputs of SaveProduced and Finish.
+type ProducedParams struct {
+	Table, Consumer, ID string
+	// Produced is the JSON of the produced messages, nil for none.
+	Produced []byte
+}
+
+// LeaseClaimParams are the inputs of ClaimLease.
+type LeaseClaimParams struct {
+	Table, Consumer, ID string
+	// Token is the new holder's fence, a UUID.
+	Token string
+	// Lease is how long the lease lasts, by the database clock.
+	Lease time.Duration
+}
+
+// LeaseClaim is the outcome of ClaimLease.
+type LeaseClaim struct {
+	// Claimed is true when Token now holds the lease.
+	Claimed bool
+	// Attempt counts the claims so far, this one included; the row's count when Claimed is false.
+	Attempt int
+	// LastError is why the previous attempt ended, if one did.
+	LastError string
+	// Takeover is true when the previous holder's lease had run out.
+	Takeover bool
+	// State is the row's state when Claimed is false.
+	State string
+	// Remaining is what is left of a live lease when Claimed is false.
+	Remaining time.Duration
+	// Produced is the produced column of a 'done' row when Claimed is false.
+	Produced []byte
+}
+
+// LeaseWriteParams are the inputs of the lease holder's writes.
+type LeaseWriteParams struct {
+	Table, Consumer, ID, Token string
+	// Arg is the write's one value: see Dialect.ExtendLease.
+	Arg any
+}
+
+// LockParams are the inputs of the lock operations.
+type LockParams struct {
+	Table, Name, Holder string
+	// Hold is how long the lock is held from now, by the database clock.
+	Hold time.Duration
+	// Back is subtracted from the database's clock to make TakeLock's cutoff.
+	Back time.Duration
+}
+
+// CleanupBatchParams are the inputs of CleanupBatch.
+type CleanupBatchParams struct {
+	Table, Consumer string
+	From, Cutoff    time.Time
+	Limit           int
+}
+
+// CleanupBatch is the outcome of CleanupBatch.
+type CleanupBatch struct {
+	// Picked counts the rows the batch looked at; 0 when the consumer has no more to delete.
+	Picked int64
+	// Deleted counts the rows it deleted.
+	Deleted int64
+	// Next is where the next batch starts: the last picked row's processed_at, or From.
+	Next time.Time
+}
+
+// Memory is how far back one consumer remembers.
+type Memory struct {
+	Consumer    string
+	Oldest, Now time.Time
+}
+
+// Stats are the counts and sizes of an inbox table.
+type Stats struct {
+	Now                                time.Time
+	Exists                             bool
+	TableBytes, IndexBytes, TotalBytes int64
+	Consumers                          []ConsumerStats
+}
+
+// ConsumerStats counts one consumer's rows by state; Oldest is zero when it has no row the cleanup may delete.
+type ConsumerStats struct {
+	Consumer                                          string
+	Rows, Done, Failed, Released, Processing, Expired int64
+	Oldest                                            time.Time
+}
+
+// ForgetParams are the inputs of Forget.
+type ForgetParams struct {
+	Table, Consumer, ID string
+	Force               bool
+}
+
+// Forgotten is the outcome of Forget.
+type Forgotten struct {
+	// Deleted is true when the row was deleted; the fields below describe it.
+	Deleted     bool
+	State       string
+	ProcessedAt time.Time
+	Attempts    int
+	LastError   string
+	HadProduced bool
+	// Held is true when the row was kept for its live lease, which has Remaining left.
+	Held      bool
+	Remaining time.Duration
+}
+
+// Migration is one versioned schema change of the inbox table.
+type Migration struct {
+	// Version orders migrations; Migrate applies each once, in ascending order.
+	Version int
+	// Name is the file name's description, such as "inbox".
+	Name string
+	// Up and Down are the SQL that applies and reverts the change, for the configured table.
+	Up, Down string
+}
+
+// MigrateParams are the inputs of Migrate.
+type MigrateParams struct {
+	Table      string
+	Migrations []Migration
+	// Check runs once the migrations are applied, with from and to the versions before and after; an error
+	// fails Migrate.
+	Check func(ctx context.Context, q driver.Executor, from, to int) error
+}
+
+// SchemaReport is what InspectSchema found.
+type SchemaReport struct {
+	// IDType is the type of the inbox table's message_id as the inbox names it ("text", "uuid"), "" for another.
+	IDType string
+	// Missing is true when the inbox table does not exist.
+	Missing bool
+	// Absent lists objects that do not exist; Wrong lists objects that exist in another shape.
+	Absent, Wrong []string
+}

@@ -1,0 +1,644 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Postgres is the PostgreSQL dialect: the one On uses, and the package-level functions over a *sql.DB. Every
+// statement it runs is in this file, formatted once per table name.
+var Postgres dialect.Dialect = &postgres{}
+
+type postgres struct {
+	queries sync.Map // table name -> *pgQueries
+}
+
+// pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
+type pgQueries struct {
+	claimSQL    string
+	producedSQL string
+	saveSQL     string
+	finishSQL   string
+	takeoverSQL string
+
+	leaseClaimSQL    string
+	leaseStateSQL    string
+	leaseExtendSQL   string
+	leaseReleaseSQL  string
+	leaseCompleteSQL string
+	leaseFailSQL     string
+
+	lockTakeSQL       string
+	lockExtendSQL     string
+	lockReleaseSQL    string
+	consumersSQL      string
+	cleanupBatchSQL   string
+	abandonedSQL      string
+	memorySQL         string
+	statsConsumersSQL string
+	statsSizesSQL     string
+	forgetSQL         string
+	forgetLeftoverSQL string
+
+	versionsCreateSQL string
+	versionsReadSQL   string
+	versionsRecordSQL string
+}
+
+func (pg *postgres) sql(table string) *pgQueries {
+	if q, ok := pg.queries.Load(table); ok {
+		return q.(*pgQueries)
+	}
+	q, _ := pg.queries.LoadOrStore(table, newPGQueries(table))
+	return q.(*pgQueries)
+}
+
+// Savepoint statements, for a claim made inside watermill-sql's subscriber transaction. The name is fixed: a
+// savepoint is always released, after a rollback to it too, so they never nest.
+const (
+	savepointSQL         = `SAVEPOINT watermill_inbox_claim`
+	rollbackSavepointSQL = `ROLLBACK TO SAVEPOINT watermill_inbox_claim`
+	releaseSavepointSQL  = `RELEASE SAVEPOINT watermill_inbox_claim`
+)
+
+// migrateLockSQL makes concurrent migrators of one table take turns. The lock ends with the transaction, so a
+// crashed migrator cannot leave it held; PostgreSQL's DDL is transactional, so the whole migration, its record in
+// the versions table and the schema check commit or roll back together.
+const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
+
+// Catalog queries of the schema check. Each names its object through to_regclass, which resolves the name with
+// the connection's search_path as every inbox query does, and gives NULL, so no row, for a missing object instead
+// of an error that would abort the transaction. Names reach them double-quoted, so that they mean exactly the
+// configured lower-case name.
+const (
+	// A table's kind ('r' for a table, 'p' for a partitioned one) and its primary key's columns in key order.
+	tableSQL = `SELECT c.relkind::text,
+			(SELECT string_agg(a.attname, ', ' ORDER BY k.n)
+			 FROM pg_index i
+			 CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+			 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+			 WHERE i.indrelid = c.oid AND i.indisprimary)
+		FROM pg_class c WHERE c.oid = to_regclass($1)`
+
+	// A table's live columns. The last value tells whether an INSERT that leaves the column out still works.
+	columnsSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+			a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> ''
+		FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`
+
+	// A trigger of a table: 'D' in tgenabled means disabled, 'R' firing only for replication sessions.
+	triggerSQL = `SELECT t.tgenabled::text FROM pg_trigger t WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
+
+	// An index: whether it belongs to the expected table, and whether it is valid (a failed CREATE INDEX
+	// CONCURRENTLY leaves an invalid one behind, which no query uses).
+	indexSQL = `SELECT i.indrelid IS NOT DISTINCT FROM to_regclass($2), i.indisvalid
+		FROM pg_index i WHERE i.indexrelid = to_regclass($1)`
+)
+
+func newPGQueries(table string) *pgQueries {
+	q := func(s string) string { return strings.ReplaceAll(s, "{table}", table) }
+	return &pgQueries{
+
+		// The claim is the whole deduplication. The primary key (consumer, message_id) makes a second INSERT of
+		// the same ID wait for the first transaction to end, then do nothing if it committed: racing copies are
+		// serialized by the index, with no lock of ours. RETURNING tells the caller, in the same round trip,
+		// whether this transaction owns the row. processed_at comes from the column default, the database clock.
+		// state is 'done' in the inbox's own transaction; 'applying' inside a transaction it does not commit
+		// (migrations/003_applying_guard.up.sql says why).
+		claimSQL: q(`INSERT INTO {table} (consumer, message_id, state) VALUES ($1, $2, $3)
+			ON CONFLICT (consumer, message_id) DO NOTHING
+			RETURNING true`),
+
+		// Runs only on a duplicate, which is rare, so the claim above stays one statement. A new statement takes a
+		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing. The state
+		// tells a finished message from one that lease mode claimed and has not finished, when a consumer's
+		// table saw both modes.
+		producedSQL: q(`SELECT i.state, p.produced FROM {table} i
+			LEFT JOIN {table}_produced p ON p.consumer = i.consumer AND p.message_id = i.message_id
+			WHERE i.consumer = $1 AND i.message_id = $2`),
+
+		// Runs in the claim's transaction, only when the handler produced messages: they commit with the effect
+		// they describe, and can be sent again when the router's publish after the commit fails.
+		saveSQL: q(`INSERT INTO {table}_produced (consumer, message_id, produced) VALUES ($1, $2, $3)`),
+
+		// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
+		// succeeded (migrations/003_applying_guard.up.sql says why). Turning the row 'done' and storing the produced
+		// messages ($3, NULL for none) is one statement: the owner of the transaction may commit it at any moment
+		// (watermill-sql's subscriber does on close and at its ack deadline), and a commit between two statements
+		// would leave a 'done' row whose messages a redelivery, skipped as a duplicate, could never send. Both parts
+		// read the row as it was before the statement, so both see it 'applying' or neither does; the UPDATE's
+		// count tells the caller which.
+		finishSQL: q(`WITH saved AS (
+				INSERT INTO {table}_produced (consumer, message_id, produced)
+				SELECT consumer, message_id, $3::jsonb FROM {table}
+				WHERE consumer = $1 AND message_id = $2 AND state = 'applying' AND $3::jsonb IS NOT NULL
+			)
+			UPDATE {table} SET state = 'done' WHERE consumer = $1 AND message_id = $2 AND state = 'applying'`),
+
+		// Runs only when a transaction-mode claim found a row that lease mode left: a consumer switched modes,
+		// or shares a table with a lease-mode handler of the same name. It takes the row, as $3, when lease mode
+		// would let a new holder take it: 'released', or 'processing' with a lease run out by the database clock.
+		// Under READ COMMITTED a concurrent lease claim makes this UPDATE wait and recheck the row's newest version,
+		// so only one of them gets it. Clearing the token fences off the old holder's writes.
+		takeoverSQL: q(`UPDATE {table} SET state = $3, locked_until = NULL, lease_token = NULL, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2
+				AND (state = 'released' OR (state = 'processing' AND locked_until <= now()))
+			RETURNING true`),
+
+		// Lease mode's claim, committed in a short transaction of its own so the claim is durable before the
+		// handler calls out. A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
+		// failed attempt, or 'processing' with a lease that has run out by the database clock, so consumers with
+		// skewed clocks agree on who holds it. The conflict path locks the row, so two takers are serialized and
+		// the second finds the first's live lease. The subquery reads the statement's snapshot, the row as it was
+		// before this statement: 'processing' there means a holder's lease expired and this is a takeover.
+		leaseClaimSQL: q(`INSERT INTO {table} AS t (consumer, message_id, state, attempts, lease_token, locked_until)
+			VALUES ($1, $2, 'processing', 1, $3, now() + $4 * interval '1 millisecond')
+			ON CONFLICT (consumer, message_id) DO UPDATE SET
+				state        = 'processing',
+				attempts     = coalesce(t.attempts, 0) + 1,
+				lease_token  = excluded.lease_token,
+				locked_until = excluded.locked_until,
+				processed_at = now(),
+				last_error   = CASE WHEN t.state = 'processing'
+					THEN 'lease of attempt ' || t.attempts || ' expired' ELSE t.last_error END
+			WHERE t.state = 'released' OR (t.state = 'processing' AND t.locked_until <= now())
+			RETURNING attempts, coalesce(last_error, ''),
+				(SELECT p.state = 'processing' FROM {table} p WHERE p.consumer = $1 AND p.message_id = $2)`),
+
+		// Runs only when the claim returned no row, to tell a finished message from a live lease. Milliseconds
+		// left are computed by the database, whose clock the lease is on.
+		// The produced messages come along for the 'done' case, so a duplicate costs this one extra round trip.
+		leaseStateSQL: q(`SELECT i.state, coalesce(i.attempts, 0),
+				greatest(0, extract(epoch FROM i.locked_until - now()) * 1000)::bigint, p.produced
+			FROM {table} i
+			LEFT JOIN {table}_produced p ON p.consumer = i.consumer AND p.message_id = i.message_id
+			WHERE i.consumer = $1 AND i.message_id = $2`),
+
+		// Every write of a holder is a compare-and-set on its lease token and the 'processing' state: once the
+		// lease was taken over, the old holder's write matches no row, returns none, and it learns that it lost
+		// the lease.
+		leaseExtendSQL: q(`UPDATE {table} SET locked_until = now() + $4 * interval '1 millisecond'
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			RETURNING 1`),
+		leaseReleaseSQL: q(`UPDATE {table} SET state = 'released', locked_until = NULL, last_error = $4, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			RETURNING 1`),
+		// Marks 'done' and stores the produced messages, if any, in one statement: a crash cannot leave a 'done'
+		// row whose messages were never stored, which a redelivery would then skip without sending them.
+		leaseCompleteSQL: q(`WITH done AS (
+				UPDATE {table} SET state = 'done', locked_until = NULL, processed_at = now()
+				WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+				RETURNING consumer, message_id
+			), saved AS (
+				INSERT INTO {table}_produced (consumer, message_id, produced)
+				SELECT consumer, message_id, $4::jsonb FROM done WHERE $4::jsonb IS NOT NULL
+			)
+			SELECT 1 FROM done`),
+		leaseFailSQL: q(`UPDATE {table} SET state = 'failed', locked_until = NULL, last_error = $4, processed_at = now()
+			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			RETURNING 1`),
+
+		// The cleanup's lock is a row of "{table}_locks" (migrations/006_locks.up.sql), held for a time by the
+		// database clock, not a lock of a session or a transaction: the cleanup must not hold one transaction
+		// open across its batches (that would keep every deleted row's lock and pin the xmin horizon for the
+		// whole round), and a session lock taken through a transaction-pooling proxy is taken on one server
+		// connection and released on another. The row is taken when it is missing, or when its holder's time
+		// ran out, so a crashed cleaner holds it no longer than that; a live holder's row is left alone, and the
+		// instance that finds it skips the round instead of queueing behind it. Two takers at once are
+		// serialized by the primary key: the second rechecks held_until on the first's row and takes nothing.
+		// The cutoff comes along, from the database clock that wrote processed_at, so every batch of the round
+		// agrees on it.
+		lockTakeSQL: q(`WITH taken AS (
+				INSERT INTO {table}_locks AS l (name, holder, held_until)
+				VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+				ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, held_until = excluded.held_until
+				WHERE l.held_until <= now()
+				RETURNING 1
+			)
+			SELECT EXISTS (SELECT 1 FROM taken), now() - $4 * interval '1 microsecond'`),
+
+		// Runs in each batch's transaction, before its DELETE: a compare-and-set on the holder, so a cleaner
+		// whose time ran out (a pause longer than its hold, a stalled process) learns that it lost the lock
+		// before it deletes anything, and the row lock it takes keeps a taker waiting until the batch commits.
+		lockExtendSQL: q(`UPDATE {table}_locks SET held_until = now() + $3 * interval '1 millisecond'
+			WHERE name = $1 AND holder = $2
+			RETURNING 1`),
+
+		// Only the holder frees the lock; one whose time ran out finds another holder's row and leaves it.
+		lockReleaseSQL: q(`DELETE FROM {table}_locks WHERE name = $1 AND holder = $2`),
+
+		// The distinct consumers, one primary-key probe each (a "loose index scan"): PostgreSQL 15 has no skip
+		// scan, and SELECT DISTINCT would read every row. Consumers are few; rows are many.
+		consumersSQL: q(`WITH RECURSIVE c AS (
+				(SELECT consumer FROM {table} ORDER BY consumer LIMIT 1)
+				UNION ALL
+				SELECT (SELECT t.consumer FROM {table} t WHERE t.consumer > c.consumer ORDER BY t.consumer LIMIT 1)
+				FROM c WHERE c.consumer IS NOT NULL
+			)
+			SELECT consumer FROM c WHERE consumer IS NOT NULL`),
+
+		// One bounded batch of one consumer's expired rows, in its own short transaction: the locks it takes and
+		// the WAL it writes are bounded by $4 rows, and a claim is never blocked (it inserts new keys; the deleted
+		// rows are old ones). picked walks "{table}_processed_at" in order, from where the previous batch ended ($2,
+		// inclusive because rows of one transaction share a processed_at), so no batch steps again over the index
+		// entries of rows already deleted but not yet vacuumed; without that bound a long cleanup rereads a growing
+		// prefix of dead entries on every batch. The DELETE goes by ctid (a TID scan, no second index lookup) and
+		// repeats the conditions: if a row changed after picked read it (a 'released' row claimed again by lease
+		// mode), PostgreSQL rechecks the newest version, whose ctid and state no longer match, and leaves it.
+		// 'processing' rows are never deleted, live or not: they are unfinished messages (Cleanup says more).
+		// picked is read twice, so PostgreSQL materializes it once. The caller stops when picked is empty.
+		cleanupBatchSQL: q(`WITH picked AS (
+				SELECT ctid, processed_at FROM {table}
+				WHERE consumer = $1 AND state <> 'processing' AND processed_at >= $2 AND processed_at < $3
+				ORDER BY processed_at
+				LIMIT $4
+			), deleted AS (
+				DELETE FROM {table}
+				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
+					AND consumer = $1 AND state <> 'processing' AND processed_at < $3
+				RETURNING 1
+			)
+			SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM deleted),
+				coalesce((SELECT max(processed_at) FROM picked), $2)`),
+
+		// 'processing' rows whose lease ran out before the cutoff: a holder died and no copy came to take over
+		// within the retention window. The cleanup leaves them and reports them. Served by "{table}_processing",
+		// which holds only 'processing' rows.
+		abandonedSQL: q(`SELECT count(*) FROM {table} WHERE state = 'processing' AND locked_until < $1`),
+
+		// How far back each consumer remembers: its oldest row that is not 'processing' (an abandoned lease would
+		// otherwise make it look as if the consumer remembered forever), one probe of "{table}_processed_at" per
+		// consumer, so a metrics scrape can afford it. now() comes along so the age is measured on the clock
+		// that wrote processed_at.
+		memorySQL: q(`WITH RECURSIVE c AS (
+				(SELECT consumer FROM {table} ORDER BY consumer LIMIT 1)
+				UNION ALL
+				SELECT (SELECT t.consumer FROM {table} t WHERE t.consumer > c.consumer ORDER BY t.consumer LIMIT 1)
+				FROM c WHERE c.consumer IS NOT NULL
+			)
+			SELECT c.consumer, o.oldest, now()
+			FROM c CROSS JOIN LATERAL (
+				SELECT min(processed_at) AS oldest FROM {table} t
+				WHERE t.consumer = c.consumer AND t.state <> 'processing'
+			) o
+			WHERE c.consumer IS NOT NULL AND o.oldest IS NOT NULL
+			ORDER BY c.consumer`),
+
+		// Exact counts for an operator, so this one reads the whole table: seconds per ten million rows. It is
+		// run by hand (the CLI's stats), never by the Cleaner or a scrape.
+		statsConsumersSQL: q(`SELECT consumer, count(*),
+				count(*) FILTER (WHERE state = 'done'),
+				count(*) FILTER (WHERE state = 'failed'),
+				count(*) FILTER (WHERE state = 'released'),
+				count(*) FILTER (WHERE state = 'processing' AND locked_until > now()),
+				count(*) FILTER (WHERE state = 'processing' AND (locked_until IS NULL OR locked_until <= now())),
+				min(processed_at) FILTER (WHERE state <> 'processing')
+			FROM {table} GROUP BY consumer ORDER BY consumer`),
+
+		// Sizes from the catalog, in bytes. to_regclass resolves the name through search_path as the other
+		// queries do, and yields NULL instead of an error when the table is missing. pg_table_size counts the
+		// heap with its TOAST, free-space and visibility maps, pg_indexes_size every index.
+		statsSizesSQL: `SELECT now(), r IS NOT NULL, coalesce(pg_table_size(r), 0), coalesce(pg_indexes_size(r), 0),
+				coalesce(pg_total_relation_size(r), 0)
+			FROM to_regclass($1) r`,
+
+		// Removes one row so the message can be applied again. A live lease is kept unless forced: deleting it
+		// would let the next copy claim the message and call out while the holder is still calling, and the
+		// holder's own writes would then fail as if its lease had been taken over.
+		forgetSQL: q(`DELETE FROM {table}
+			WHERE consumer = $1 AND message_id = $2
+				AND (state <> 'processing' OR locked_until IS NULL OR locked_until <= now() OR $3)
+			RETURNING state, processed_at, coalesce(attempts, 0), coalesce(last_error, ''),
+				EXISTS (SELECT 1 FROM {table}_produced p WHERE p.consumer = $1 AND p.message_id = $2)`),
+
+		// Runs only when forgetSQL deleted nothing, to tell a missing row from a live lease.
+		forgetLeftoverSQL: q(`SELECT greatest(0, extract(epoch FROM locked_until - now()) * 1000)::bigint
+			FROM {table} WHERE consumer = $1 AND message_id = $2`),
+
+		// The versions table of Migrate. Users who apply the SQL files with their own tool have none.
+		versionsCreateSQL: q(`CREATE TABLE IF NOT EXISTS "{table}_migrations" (
+				version    integer     PRIMARY KEY,
+				name       text        NOT NULL,
+				applied_at timestamptz NOT NULL DEFAULT now()
+			)`),
+		versionsReadSQL:   q(`SELECT coalesce(max(version), 0) FROM "{table}_migrations"`),
+		versionsRecordSQL: q(`INSERT INTO "{table}_migrations" (version, name) VALUES ($1, $2)`),
+	}
+}
+
+func (*postgres) Name() string { return "postgres" }
+
+// Classify reads the SQLSTATE that PostgreSQL drivers expose (lib/pq's *pq.Error and pgx's *pgconn.PgError both
+// have a SQLState method).
+func (*postgres) Classify(err error) dialect.ErrorKind {
+	code := sqlState(err)
+	switch {
+	case code == "42P01": // undefined_table
+		return dialect.NoTable
+	// invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
+	case code == "22P02" || code == "22021" || code == "54000":
+		return dialect.IDRefused
+	// data exceptions, other limits, a check constraint
+	case strings.HasPrefix(code, "22") || strings.HasPrefix(code, "54") || code == "23514":
+		return dialect.ValueRefused
+	case code == "40001": // serialization_failure
+		return dialect.SerializationFailure
+	case code == "40P01": // deadlock_detected
+		return dialect.LockConflict
+	case code == "26000": // invalid_sql_statement_name
+		return dialect.StatementMissing
+	}
+	return dialect.Other
+}
+
+// sqlState returns the SQLSTATE code of a PostgreSQL error from any driver that exposes one, or "" for other
+// errors.
+func sqlState(err error) string {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
+}
+
+// JoinsSubscriberTx is true: a deferred constraint trigger (migrations/003_applying_guard.up.sql) fails a commit
+// that would keep an unfinished claim.
+func (*postgres) JoinsSubscriberTx() bool { return true }
+
+func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
+	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).claimSQL, p.Consumer, p.ID, p.State))
+}
+
+func (pg *postgres) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
+	err = q.QueryRow(ctx, pg.sql(p.Table).producedSQL, p.Consumer, p.ID).Scan(&state, &produced)
+	return state, produced, err
+}
+
+func (pg *postgres) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
+	_, err := tx.Exec(ctx, pg.sql(p.Table).saveSQL, p.Consumer, p.ID, nullable(p.Produced))
+	return err
+}
+
+func (pg *postgres) Finish(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) (bool, error) {
+	n, err := tx.Exec(ctx, pg.sql(p.Table).finishSQL, p.Consumer, p.ID, nullable(p.Produced))
+	return n == 1, err
+}
+
+func (pg *postgres) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
+	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).takeoverSQL, p.Consumer, p.ID, p.State))
+}
+
+func (*postgres) Savepoint(ctx context.Context, tx driver.Executor, step dialect.SavepointStep) error {
+	query := savepointSQL
+	switch step {
+	case dialect.RollbackSavepoint:
+		query = rollbackSavepointSQL
+	case dialect.ReleaseSavepoint:
+		query = releaseSavepointSQL
+	}
+	_, err := tx.Exec(ctx, query)
+	return err
+}
+
+func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialect.LeaseClaimParams) (dialect.LeaseClaim, error) {
+	var c dialect.LeaseClaim
+	q := pg.sql(p.Table)
+	var takeover sql.NullBool
+	err := tx.QueryRow(ctx, q.leaseClaimSQL, p.Consumer, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
+	if err == nil {
+		c.Claimed, c.Takeover = true, takeover.Bool
+		return c, nil
+	}
+	if !errors.Is(err, driver.ErrNoRows) {
+		return c, err
+	}
+	var remainingMS int64
+	if err := tx.QueryRow(ctx, q.leaseStateSQL, p.Consumer, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced); err != nil {
+		return c, fmt.Errorf("read lease: %w", err)
+	}
+	c.Remaining = time.Duration(remainingMS) * time.Millisecond
+	return c, nil
+}
+
+func (pg *postgres) ExtendLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	return pg.leaseWrite(ctx, tx, pg.sql(p.Table).leaseExtendSQL, p, p.Arg)
+}
+
+func (pg *postgres) ReleaseLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	return pg.leaseWrite(ctx, tx, pg.sql(p.Table).leaseReleaseSQL, p, p.Arg)
+}
+
+func (pg *postgres) CompleteLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	raw, _ := p.Arg.([]byte)
+	return pg.leaseWrite(ctx, tx, pg.sql(p.Table).leaseCompleteSQL, p, nullable(raw))
+}
+
+func (pg *postgres) FailLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	return pg.leaseWrite(ctx, tx, pg.sql(p.Table).leaseFailSQL, p, p.Arg)
+}
+
+// leaseWrite runs one of the holder's compare-and-set writes, each of which returns a row when it matched.
+func (*postgres) leaseWrite(ctx context.Context, tx driver.Executor, query string, p dialect.LeaseWriteParams, arg any) (bool, error) {
+	var one int
+	err := tx.QueryRow(ctx, query, p.Consumer, p.ID, p.Token, arg).Scan(&one)
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (pg *postgres) TakeLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) (taken bool, cutoff time.Time, err error) {
+	err = tx.QueryRow(ctx, pg.sql(p.Table).lockTakeSQL, p.Name, p.Holder, p.Hold.Milliseconds(), p.Back.Microseconds()).Scan(&taken, &cutoff)
+	return taken, cutoff, err
+}
+
+func (pg *postgres) ExtendLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) (bool, error) {
+	var one int
+	err := tx.QueryRow(ctx, pg.sql(p.Table).lockExtendSQL, p.Name, p.Holder, p.Hold.Milliseconds()).Scan(&one)
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (pg *postgres) ReleaseLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) error {
+	_, err := tx.Exec(ctx, pg.sql(p.Table).lockReleaseSQL, p.Name, p.Holder)
+	return err
+}
+
+func (pg *postgres) Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error) {
+	var out []string
+	err := scanRows(ctx, tx, pg.sql(table).consumersSQL, nil, func(r driver.Rows) error {
+		var consumer string
+		err := r.Scan(&consumer)
+		out = append(out, consumer)
+		return err
+	})
+	return out, err
+}
+
+func (pg *postgres) CleanupBatch(ctx context.Context, tx driver.Executor, p dialect.CleanupBatchParams) (b dialect.CleanupBatch, err error) {
+	err = tx.QueryRow(ctx, pg.sql(p.Table).cleanupBatchSQL, p.Consumer, p.From, p.Cutoff, p.Limit).Scan(&b.Picked, &b.Deleted, &b.Next)
+	return b, err
+}
+
+func (pg *postgres) CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (n int64, err error) {
+	err = tx.QueryRow(ctx, pg.sql(table).abandonedSQL, cutoff).Scan(&n)
+	return n, err
+}
+
+func (pg *postgres) Remembers(ctx context.Context, tx driver.Executor, table string) ([]dialect.Memory, error) {
+	var out []dialect.Memory
+	err := scanRows(ctx, tx, pg.sql(table).memorySQL, nil, func(r driver.Rows) error {
+		var m dialect.Memory
+		err := r.Scan(&m.Consumer, &m.Oldest, &m.Now)
+		out = append(out, m)
+		return err
+	})
+	return out, err
+}
+
+func (pg *postgres) Stats(ctx context.Context, tx driver.Executor, table string) (st dialect.Stats, err error) {
+	q := pg.sql(table)
+	err = tx.QueryRow(ctx, q.statsSizesSQL, table).Scan(&st.Now, &st.Exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+	if err != nil || !st.Exists {
+		return st, err
+	}
+	err = scanRows(ctx, tx, q.statsConsumersSQL, nil, func(r driver.Rows) error {
+		var cs dialect.ConsumerStats
+		var oldest sql.NullTime
+		err := r.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest)
+		cs.Oldest = oldest.Time
+		st.Consumers = append(st.Consumers, cs)
+		return err
+	})
+	return st, err
+}
+
+func (pg *postgres) Forget(ctx context.Context, tx driver.Executor, p dialect.ForgetParams) (f dialect.Forgotten, err error) {
+	q := pg.sql(p.Table)
+	err = tx.QueryRow(ctx, q.forgetSQL, p.Consumer, p.ID, p.Force).
+		Scan(&f.State, &f.ProcessedAt, &f.Attempts, &f.LastError, &f.HadProduced)
+	if err == nil {
+		f.Deleted = true
+		return f, nil
+	}
+	if !errors.Is(err, driver.ErrNoRows) {
+		return f, err
+	}
+	var remainingMS int64
+	err = tx.QueryRow(ctx, q.forgetLeftoverSQL, p.Consumer, p.ID).Scan(&remainingMS)
+	if errors.Is(err, driver.ErrNoRows) {
+		return dialect.Forgotten{}, nil
+	}
+	f = dialect.Forgotten{Held: err == nil, Remaining: time.Duration(remainingMS) * time.Millisecond}
+	return f, err
+}
+
+func (*postgres) Migrations(table string, idType string) ([]dialect.Migration, error) {
+	return migrations(table, IDType(idType))
+}
+
+// Migrate runs in one transaction: PostgreSQL's DDL is transactional, so a failed migration or schema check
+// leaves nothing behind.
+func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.MigrateParams) (from, to int, err error) {
+	q := pg.sql(p.Table)
+	tx, err := pool.Begin(ctx, driver.TxOptions{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("inbox: migrate: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, rollbackErr(tx.Rollback(ctx)))
+			return
+		}
+		if err = tx.Commit(ctx); err != nil {
+			err = fmt.Errorf("inbox: migrate: commit: %w", err)
+		}
+	}()
+	if _, err := tx.Exec(ctx, migrateLockSQL, migrationLockKey(p.Table)); err != nil {
+		return 0, 0, fmt.Errorf("inbox: migrate: lock: %w", err)
+	}
+	versions := p.Table + "_migrations"
+	if _, err := tx.Exec(ctx, q.versionsCreateSQL); err != nil {
+		return 0, 0, fmt.Errorf("inbox: migrate: create %s: %w", versions, err)
+	}
+	if err := tx.QueryRow(ctx, q.versionsReadSQL).Scan(&from); err != nil {
+		return 0, 0, fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
+	}
+	to = from
+	for _, m := range p.Migrations {
+		if m.Version <= from {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.Up); err != nil {
+			return from, to, fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, p.Table, err)
+		}
+		if _, err := tx.Exec(ctx, q.versionsRecordSQL, m.Version, m.Name); err != nil {
+			return from, to, fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
+		}
+		to = m.Version
+	}
+	if p.Check != nil {
+		if err := p.Check(ctx, tx, from, to); err != nil {
+			return from, to, err
+		}
+	}
+	return from, to, nil
+}
+
+// migrationLockKey derives the advisory lock key from the table name, so migrations of two inbox tables do not wait
+// for each other. The prefix keeps the key apart from other users of advisory locks hashing the same name.
+func migrationLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("watermill-inbox:migrate:" + table))
+	return int64(h.Sum64())
+}
+
+func (*postgres) InspectSchema(ctx context.Context, q driver.Executor, table string) (dialect.SchemaReport, error) {
+	r, err := inspectSchema(ctx, q, table)
+	return dialect.SchemaReport{IDType: string(r.idType), Missing: r.missing, Absent: r.absent, Wrong: r.wrong}, err
+}
+
+// scanTrue scans a row that is there when a statement took effect, and nothing when it did not.
+func scanTrue(row driver.Row) (bool, error) {
+	var ok bool
+	err := row.Scan(&ok)
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// scanRows runs query and calls scan for each row.
+func scanRows(ctx context.Context, q driver.Executor, query string, args []any, scan func(driver.Rows) error) error {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// nullable turns no produced messages into SQL NULL, and others into text: drivers send []byte as bytea.
+func nullable(raw []byte) any {
+	if raw == nil {
+		return nil
+	}
+	return string(raw)
+}

@@ -1,0 +1,331 @@
+package mysqlinbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Dialect is the inbox's dialect for MySQL 8 and MariaDB 10.11 or later, for inbox.OnDialect. Database uses it.
+var Dialect dialect.Dialect = &mysqlDialect{}
+
+type mysqlDialect struct {
+	queries sync.Map // table name -> *queries
+}
+
+func (m *mysqlDialect) sql(table string) *queries {
+	if q, ok := m.queries.Load(table); ok {
+		return q.(*queries)
+	}
+	q, _ := m.queries.LoadOrStore(table, newQueries(table))
+	return q.(*queries)
+}
+
+// errNoJoin is what the joined transaction's operations return: the inbox refuses to be built with a way to join
+// one (JoinsSubscriberTx), so they are never called.
+var errNoJoin = errors.New("mysqlinbox: the inbox cannot claim in a subscriber's transaction on MySQL")
+
+func (*mysqlDialect) Name() string { return "MySQL" }
+
+// JoinsSubscriberTx is false. On PostgreSQL a claim made in a subscriber's transaction is guarded by a deferred
+// constraint trigger that fails a commit made before the handler finished; MySQL has no deferred constraints, so
+// nothing could stop such a commit from keeping a half-run handler's writes as applied.
+func (*mysqlDialect) JoinsSubscriberTx() bool { return false }
+
+// MySQL's error numbers the inbox branches on.
+const (
+	erDupEntry           = 1062
+	erNoSuchTable        = 1146
+	erLockWaitTimeout    = 1205
+	erLockDeadlock       = 1213
+	erUnknownStmtHandler = 1243
+	erTruncatedWrongVal  = 1292
+	erTruncatedWrongStr  = 1366
+	erDataTooLong        = 1406
+	erNetPacketTooLarge  = 1153
+	erTooBigForPacket    = 1301
+	erWarnDataOutOfRange = 1264
+	erCheckConstraint    = 3819 // MySQL
+	erConstraintFailed   = 4025 // MariaDB
+	erRecordChanged      = 1020 // MariaDB's snapshot isolation under REPEATABLE READ (innodb_snapshot_isolation)
+)
+
+func errNumber(err error) uint16 {
+	var e *mysql.MySQLError
+	if errors.As(err, &e) {
+		return e.Number
+	}
+	return 0
+}
+
+func (*mysqlDialect) Classify(err error) dialect.ErrorKind {
+	if errors.Is(err, mysql.ErrPktTooLarge) {
+		return dialect.ValueRefused
+	}
+	switch errNumber(err) {
+	case erNoSuchTable:
+		return dialect.NoTable
+	case erTruncatedWrongVal, erTruncatedWrongStr, erDataTooLong:
+		return dialect.IDRefused
+	case erNetPacketTooLarge, erTooBigForPacket, erWarnDataOutOfRange, erCheckConstraint, erConstraintFailed:
+		return dialect.ValueRefused
+	case erLockDeadlock, erLockWaitTimeout:
+		return dialect.LockConflict
+	case erRecordChanged:
+		return dialect.SerializationFailure
+	case erUnknownStmtHandler:
+		return dialect.StatementMissing
+	}
+	return dialect.Other
+}
+
+func (m *mysqlDialect) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
+	_, err := tx.Exec(ctx, m.sql(p.Table).claim, p.Consumer, p.ID, p.State)
+	if errNumber(err) == erDupEntry {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
+	err = q.QueryRow(ctx, m.sql(p.Table).readRow, p.Consumer, p.ID).Scan(&state, &produced)
+	return state, produced, err
+}
+
+func (m *mysqlDialect) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
+	_, err := tx.Exec(ctx, m.sql(p.Table).saveProduced, p.Consumer, p.ID, p.Produced)
+	return err
+}
+
+func (*mysqlDialect) Finish(context.Context, driver.Executor, dialect.ProducedParams) (bool, error) {
+	return false, errNoJoin
+}
+
+func (*mysqlDialect) Savepoint(context.Context, driver.Executor, dialect.SavepointStep) error {
+	return errNoJoin
+}
+
+func (m *mysqlDialect) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
+	n, err := tx.Exec(ctx, m.sql(p.Table).takeOver, p.State, p.Consumer, p.ID)
+	return n == 1, err
+}
+
+// ClaimLease reads the row under its exclusive lock and decides; a missing row is inserted, and an insert that
+// lost a race with another first claim reads the row again (a second time is enough: the row then exists, and a
+// locking read waits for its writer).
+func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dialect.LeaseClaimParams) (dialect.LeaseClaim, error) {
+	q := m.sql(p.Table)
+	lease := p.Lease.Microseconds()
+	for try := 0; ; try++ {
+		var c dialect.LeaseClaim
+		var expired bool
+		var remainingMS int64
+		err := tx.QueryRow(ctx, q.leaseRead, p.Consumer, p.ID).Scan(&c.State, &c.Attempt, &c.LastError, &expired, &remainingMS, &c.Produced)
+		if errors.Is(err, driver.ErrNoRows) {
+			_, err = tx.Exec(ctx, q.leaseInsert, p.Consumer, p.ID, p.Token, lease)
+			if errNumber(err) == erDupEntry && try == 0 {
+				continue
+			}
+			if err != nil {
+				return dialect.LeaseClaim{}, err
+			}
+			return dialect.LeaseClaim{Claimed: true, Attempt: 1}, nil
+		}
+		if err != nil {
+			return dialect.LeaseClaim{}, err
+		}
+		free := c.State == "released" || (c.State == "processing" && expired)
+		if !free {
+			c.Remaining = time.Duration(remainingMS) * time.Millisecond
+			return c, nil
+		}
+		if _, err := tx.Exec(ctx, q.leaseTake, p.Token, lease, p.Consumer, p.ID); err != nil {
+			return dialect.LeaseClaim{}, err
+		}
+		out := dialect.LeaseClaim{Claimed: true, Attempt: c.Attempt + 1, LastError: c.LastError, Takeover: c.State == "processing"}
+		if out.Takeover {
+			out.LastError = fmt.Sprintf("lease of attempt %d expired", c.Attempt)
+		}
+		return out, nil
+	}
+}
+
+func (m *mysqlDialect) ExtendLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	q := m.sql(p.Table)
+	ms, _ := p.Arg.(int64)
+	n, err := tx.Exec(ctx, q.leaseExtend, ms*1000, p.Consumer, p.ID, p.Token)
+	if err != nil || n == 1 {
+		return n == 1, err
+	}
+	return exists(tx.QueryRow(ctx, q.leaseHeld, p.Consumer, p.ID, p.Token))
+}
+
+func (m *mysqlDialect) ReleaseLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	n, err := tx.Exec(ctx, m.sql(p.Table).leaseRelease, p.Arg, p.Consumer, p.ID, p.Token)
+	return n == 1, err
+}
+
+func (m *mysqlDialect) CompleteLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	q := m.sql(p.Table)
+	n, err := tx.Exec(ctx, q.leaseComplete, p.Consumer, p.ID, p.Token)
+	if err != nil || n != 1 {
+		return false, err
+	}
+	if raw, _ := p.Arg.([]byte); raw != nil {
+		if _, err := tx.Exec(ctx, q.saveProduced, p.Consumer, p.ID, raw); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (m *mysqlDialect) FailLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
+	n, err := tx.Exec(ctx, m.sql(p.Table).leaseFail, p.Arg, p.Consumer, p.ID, p.Token)
+	return n == 1, err
+}
+
+func (m *mysqlDialect) TakeLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) (taken bool, cutoff time.Time, err error) {
+	q := m.sql(p.Table)
+	if _, err := tx.Exec(ctx, q.lockTake, p.Name, p.Holder, p.Hold.Microseconds()); err != nil {
+		return false, time.Time{}, err
+	}
+	err = tx.QueryRow(ctx, q.lockHolder, p.Holder, p.Back.Microseconds(), p.Name).Scan(&taken, &cutoff)
+	return taken, cutoff, err
+}
+
+func (m *mysqlDialect) ExtendLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) (bool, error) {
+	q := m.sql(p.Table)
+	n, err := tx.Exec(ctx, q.lockExtend, p.Hold.Microseconds(), p.Name, p.Holder)
+	if err != nil || n == 1 {
+		return n == 1, err
+	}
+	return exists(tx.QueryRow(ctx, q.lockHeld, p.Name, p.Holder))
+}
+
+func (m *mysqlDialect) ReleaseLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) error {
+	_, err := tx.Exec(ctx, m.sql(p.Table).lockRelease, p.Name, p.Holder)
+	return err
+}
+
+func (m *mysqlDialect) Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error) {
+	var out []string
+	err := scanRows(ctx, tx, m.sql(table).consumers, nil, func(r driver.Rows) error {
+		var c string
+		err := r.Scan(&c)
+		out = append(out, c)
+		return err
+	})
+	return out, err
+}
+
+func (m *mysqlDialect) CleanupBatch(ctx context.Context, tx driver.Executor, p dialect.CleanupBatchParams) (dialect.CleanupBatch, error) {
+	q := m.sql(p.Table)
+	b := dialect.CleanupBatch{Next: p.From}
+	var last sql.NullTime
+	if err := tx.QueryRow(ctx, q.batchPick, p.Consumer, p.From, p.Cutoff, p.Limit).Scan(&b.Picked, &last); err != nil {
+		return b, err
+	}
+	if b.Picked == 0 {
+		return b, nil
+	}
+	b.Next = last.Time
+	n, err := tx.Exec(ctx, q.batchDelete, p.Consumer, p.From, last.Time, p.Cutoff, p.Limit)
+	b.Deleted = n
+	return b, err
+}
+
+func (m *mysqlDialect) CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (n int64, err error) {
+	err = tx.QueryRow(ctx, m.sql(table).abandoned, cutoff).Scan(&n)
+	return n, err
+}
+
+func (m *mysqlDialect) Remembers(ctx context.Context, tx driver.Executor, table string) ([]dialect.Memory, error) {
+	var out []dialect.Memory
+	err := scanRows(ctx, tx, m.sql(table).memory, nil, func(r driver.Rows) error {
+		var mem dialect.Memory
+		err := r.Scan(&mem.Consumer, &mem.Oldest, &mem.Now)
+		out = append(out, mem)
+		return err
+	})
+	return out, err
+}
+
+func (m *mysqlDialect) Stats(ctx context.Context, tx driver.Executor, table string) (st dialect.Stats, err error) {
+	q := m.sql(table)
+	err = tx.QueryRow(ctx, q.statsSizes, table).Scan(&st.Now, &st.Exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+	if err != nil || !st.Exists {
+		return st, err
+	}
+	err = scanRows(ctx, tx, q.statsRows, nil, func(r driver.Rows) error {
+		var cs dialect.ConsumerStats
+		var oldest sql.NullTime
+		err := r.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest)
+		cs.Oldest = oldest.Time
+		st.Consumers = append(st.Consumers, cs)
+		return err
+	})
+	return st, err
+}
+
+func (m *mysqlDialect) Forget(ctx context.Context, tx driver.Executor, p dialect.ForgetParams) (dialect.Forgotten, error) {
+	q := m.sql(p.Table)
+	var f dialect.Forgotten
+	var live bool
+	var remainingMS int64
+	err := tx.QueryRow(ctx, q.forgetRead, p.Consumer, p.ID).
+		Scan(&f.State, &f.ProcessedAt, &f.Attempts, &f.LastError, &f.HadProduced, &live, &remainingMS)
+	switch {
+	case errors.Is(err, driver.ErrNoRows):
+		return dialect.Forgotten{}, nil
+	case err != nil:
+		return dialect.Forgotten{}, err
+	case live && !p.Force:
+		return dialect.Forgotten{Held: true, Remaining: time.Duration(remainingMS) * time.Millisecond}, nil
+	}
+	if _, err := tx.Exec(ctx, q.forgetRow, p.Consumer, p.ID); err != nil {
+		return dialect.Forgotten{}, err
+	}
+	f.Deleted = true
+	return f, nil
+}
+
+// exists scans a row that is there when a condition holds.
+func exists(row driver.Row) (bool, error) {
+	var one int
+	err := row.Scan(&one)
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// scanRows runs query and calls scan for each row.
+func scanRows(ctx context.Context, q driver.Executor, query string, args []any, scan func(driver.Rows) error) error {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// lockName is Migrate's named lock for table: at most 64 characters, as MySQL requires, whatever the table's name.
+func lockName(table string) string {
+	h := fnv.New64a()
+	h.Write([]byte(table))
+	return fmt.Sprintf("watermill-inbox:migrate:%016x", h.Sum64())
+}

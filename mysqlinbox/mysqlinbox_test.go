@@ -1,0 +1,574 @@
+package mysqlinbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/mysqlinbox"
+)
+
+func TestTransactionMode(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AppliesAMessageOnceAndSkipsItsDuplicate", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(b.credit(100, &calls))
+
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+
+		require.EqualValues(t, 1, calls.Load(), "the duplicate must not run the handler")
+		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 1, b.logs.count("skipped duplicate"))
+	})
+
+	t.Run("AHandlerErrorRollsBackTheEffectAndTheClaim", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		failing := func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(100, nil)(msg); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("fails after its write")
+		}
+
+		_, err = ib.Middleware(failing)(newMsg("evt-1"))
+		require.ErrorContains(t, err, "fails after its write")
+		require.Equal(t, 0, b.balance(t))
+		require.Equal(t, 0, b.rows(t, "wallet-credits"))
+
+		_, err = ib.Middleware(b.credit(100, nil))(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 100, b.balance(t), "the redelivery is applied, once")
+	})
+
+	t.Run("ReplaysTheProducedMessagesOfADuplicateWithTheirDerivedUUIDs", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(100, &calls)(msg); err != nil {
+				return nil, err
+			}
+			out := message.NewMessage(watermill.NewUUID(), []byte("\x00binary\xff payload"))
+			out.Metadata.Set("kind", "credited")
+			return []*message.Message{out, message.NewMessage(watermill.NewUUID(), []byte("second"))}, nil
+		})
+
+		first, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		again, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+
+		require.EqualValues(t, 1, calls.Load())
+		require.Len(t, again, 2)
+		for n := range first {
+			require.Equal(t, first[n].UUID, again[n].UUID, "a replayed message keeps its identity")
+			require.Equal(t, first[n].Payload, again[n].Payload, "byte for byte")
+			require.Equal(t, first[n].Metadata, again[n].Metadata)
+		}
+	})
+
+	t.Run("RacingCopiesOfEachEventApplyItOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		var calls, committed atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			produced, err := b.credit(100, &calls)(msg)
+			if err == nil {
+				committed.Add(1) // counted before the commit; the balance proves which commits landed
+			}
+			return produced, err
+		})
+
+		const events, copies = 20, 3
+		var wg sync.WaitGroup
+		errs := make(chan error, events*copies)
+		for e := range events {
+			for range copies {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// A nacked copy comes back, as a broker would redeliver it; a deadlock among waiting
+					// inserts is such a nack.
+					for try := 0; ; try++ {
+						_, err := h(newMsg(fmt.Sprintf("evt-%d", e)))
+						if err == nil {
+							return
+						}
+						if try == 5 {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, events*100, b.balance(t), "each event credited once")
+		require.Equal(t, events, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("IDsCompareByteForByte", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		h := ib.Middleware(b.credit(1, nil))
+		for _, id := range []string{"evt-a", "evt-A", "evt-a ", "évt-a", "evt-á"} {
+			_, err := h(newMsg(id))
+			require.NoError(t, err, id)
+		}
+		_, err = h(newMsg("evt-a"))
+		require.NoError(t, err)
+		require.Equal(t, 5, b.balance(t), "IDs differing in case, a trailing space or an accent are different IDs")
+		require.Equal(t, 5, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("TheLongestIDAndConsumerNameFitTheKey", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		consumer := string(make([]byte, 0)) + fmt.Sprintf("%0512d", 7)
+		ib, err := mysqlinbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer(consumer), inbox.WithMaxIDLength(2000))
+		require.NoError(t, err)
+		id := fmt.Sprintf("%02000d", 9)
+		_, err = ib.Middleware(b.credit(1, nil))(newMsg(id))
+		require.NoError(t, err)
+		require.Equal(t, 1, b.rows(t, consumer))
+	})
+}
+
+func TestLeaseMode(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ClaimsRunsAndMarksDoneThenSkipsTheDuplicate", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			calls.Add(1)
+			l, ok := inbox.LeaseFromContext(msg.Context())
+			require.True(t, ok)
+			require.Equal(t, 1, l.Attempt())
+			require.Empty(t, l.PreviousError())
+			require.NoError(t, l.Extend(msg.Context(), 2*time.Minute), "the holder extends its own lease")
+			return []*message.Message{message.NewMessage("out-1", []byte("receipt"))}, nil
+		})
+
+		first, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		again, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+
+		require.EqualValues(t, 1, calls.Load())
+		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "done", state)
+		require.Equal(t, 1, attempts)
+		require.Len(t, again, 1)
+		require.Equal(t, first[0].UUID, again[0].UUID, "the duplicate replays what the first run produced")
+	})
+
+	t.Run("AFailedAttemptReleasesTheLeaseAndTheNextCopyRunsAgain", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		require.NoError(t, err)
+		var seen []string
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			l, _ := inbox.LeaseFromContext(msg.Context())
+			seen = append(seen, fmt.Sprintf("%d:%s", l.Attempt(), l.PreviousError()))
+			if l.Attempt() == 1 {
+				return nil, errors.New("provider timed out")
+			}
+			return nil, nil
+		})
+
+		_, err = h(newMsg("evt-1"))
+		require.ErrorContains(t, err, "provider timed out")
+		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "released", state)
+		require.Equal(t, 1, attempts)
+
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, []string{"1:", "2:provider timed out"}, seen)
+		state, _ = b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "done", state)
+	})
+
+	t.Run("AnExpiredLeaseIsTakenOverAndALiveOneIsWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		require.NoError(t, err)
+		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+			VALUES ('wallet-credits', 'live', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6)),
+			       ('wallet-credits', 'dead', 'processing', 1, ?, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, UTC_TIMESTAMP(6))`,
+			watermill.NewUUID(), watermill.NewUUID())
+		require.NoError(t, err)
+		var previous string
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			l, _ := inbox.LeaseFromContext(msg.Context())
+			previous = fmt.Sprintf("%d:%s", l.Attempt(), l.PreviousError())
+			return nil, nil
+		})
+
+		_, err = h(newMsg("live"))
+		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
+		_, err = h(newMsg("dead"))
+		require.NoError(t, err)
+		require.Equal(t, "2:lease of attempt 1 expired", previous)
+		require.Equal(t, 1, b.logs.count("Inbox took over an expired lease"))
+		state, _ := b.row(t, "wallet-credits", "live")
+		require.Equal(t, "processing", state, "a live lease is left to its holder")
+	})
+
+	t.Run("AHolderWhoseLeaseWasTakenOverLearnsItLostIt", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		require.NoError(t, err)
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			// Another consumer takes the row over while this holder is still running.
+			_, err := b.db.Exec(`UPDATE `+b.table+` SET lease_token = ?, attempts = attempts + 1 WHERE message_id = 'evt-1'`, watermill.NewUUID())
+			require.NoError(t, err)
+			l, _ := inbox.LeaseFromContext(msg.Context())
+			require.ErrorIs(t, l.Extend(msg.Context(), time.Minute), inbox.ErrLeaseLost)
+			return nil, nil
+		})
+
+		_, err = h(newMsg("evt-1"))
+		require.ErrorIs(t, err, inbox.ErrLeaseLost, "completing a lost lease fails instead of overwriting the new holder's row")
+		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "processing", state)
+		require.Equal(t, 2, attempts)
+	})
+
+	t.Run("TheLastFailedAttemptIsDeadLetteredAndLaterCopiesAreAcked", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		dlq := &recordingPublisher{}
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute), inbox.WithMaxAttempts(2), inbox.WithDeadLetter(dlq, "dead"))...)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			calls.Add(1)
+			return nil, errors.New("card declined")
+		})
+
+		_, err = h(newMsg("evt-1"))
+		require.Error(t, err)
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err, "dead-lettered, then acked")
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+
+		require.EqualValues(t, 2, calls.Load())
+		dead := dlq.messages("dead")
+		require.Len(t, dead, 1)
+		require.Equal(t, "2", dead[0].Metadata.Get(inbox.AttemptsKey))
+		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "failed", state)
+		require.Equal(t, 2, attempts)
+	})
+
+	t.Run("RacingCopiesRunTheHandlerOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			calls.Add(1)
+			return nil, nil
+		})
+		const events, copies = 10, 3
+		var wg sync.WaitGroup
+		for e := range events {
+			for range copies {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						_, err := h(newMsg(fmt.Sprintf("evt-%d", e)))
+						if err == nil {
+							return
+						}
+						if !errors.Is(err, inbox.ErrLeaseHeld) {
+							t.Errorf("copy of evt-%d: %v", e, err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		require.EqualValues(t, events, calls.Load(), "one run per event")
+	})
+}
+
+func TestOperations(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CleanupDeletesExpiredRowsInBatchesAndReportsAbandonedLeases", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ctx := context.Background()
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+			return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("x"))}, nil
+		})
+		for n := range 5 {
+			_, err := h(newMsg(fmt.Sprintf("evt-%d", n)))
+			require.NoError(t, err)
+		}
+		_, err = b.db.Exec(`UPDATE ` + b.table + ` SET processed_at = processed_at - INTERVAL 30 DAY WHERE message_id IN ('evt-0', 'evt-1', 'evt-2')`)
+		require.NoError(t, err)
+		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+			VALUES ('wallet-credits', 'stuck', 'processing', 1, ?, UTC_TIMESTAMP(6) - INTERVAL 20 DAY, UTC_TIMESTAMP(6) - INTERVAL 20 DAY)`,
+			watermill.NewUUID())
+		require.NoError(t, err)
+
+		res, err := mysqlinbox.Database(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 14 * 24 * time.Hour, BatchSize: 2}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.False(t, res.Skipped)
+		require.EqualValues(t, 3, res.Deleted)
+		require.EqualValues(t, 1, res.Abandoned)
+		require.GreaterOrEqual(t, res.Batches, 3, "two rows a batch, then an empty one")
+		require.Equal(t, 3, b.rows(t, "wallet-credits"), "evt-3, evt-4 and the abandoned lease are kept")
+		var produced int
+		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+`_produced`).Scan(&produced))
+		require.Equal(t, 2, produced, "the produced messages went with their rows")
+	})
+
+	t.Run("CleanupSkipsTheRoundWhileAnotherHoldsTheLockAndTakesAnExpiredOne", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ctx := context.Background()
+		_, err := b.db.Exec(`INSERT INTO `+b.table+`_locks (name, holder, held_until) VALUES ('cleanup', ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)`, watermill.NewUUID())
+		require.NoError(t, err)
+		db := mysqlinbox.Database(b.db)
+		res, err := db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.True(t, res.Skipped)
+
+		_, err = b.db.Exec(`UPDATE ` + b.table + `_locks SET held_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND`)
+		require.NoError(t, err)
+		res, err = db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.False(t, res.Skipped, "a holder whose time ran out loses the lock")
+		var locks int
+		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+`_locks`).Scan(&locks))
+		require.Zero(t, locks, "the round frees the lock it took")
+	})
+
+	t.Run("RemembersAndReadStatsCountEachConsumersRows", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ctx := context.Background()
+		for _, consumer := range []string{"billing", "wallet-credits"} {
+			ib, err := mysqlinbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer(consumer))
+			require.NoError(t, err)
+			_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
+			require.NoError(t, err)
+		}
+		_, err := b.db.Exec(`UPDATE ` + b.table + ` SET processed_at = processed_at - INTERVAL 3 DAY WHERE consumer = 'billing'`)
+		require.NoError(t, err)
+		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+			VALUES ('billing', 'held', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6) - INTERVAL 9 DAY)`, watermill.NewUUID())
+		require.NoError(t, err)
+		db := mysqlinbox.Database(b.db)
+
+		ms, err := db.Remembers(ctx, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.Len(t, ms, 2)
+		require.Equal(t, "billing", ms[0].Consumer)
+		require.True(t, ms[0].Covers(72*time.Hour-time.Minute), "billing remembers three days: %s", ms[0].Age)
+		require.False(t, ms[0].Covers(4*24*time.Hour), "a 'processing' row does not count: %s", ms[0].Age)
+		require.False(t, ms[1].Covers(time.Hour))
+
+		st, err := db.ReadStats(ctx, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.Len(t, st.Consumers, 2)
+		require.Equal(t, inbox.ConsumerStats{Consumer: "billing", Rows: 2, Done: 1, Processing: 1,
+			Oldest: st.Consumers[0].Oldest, Age: st.Consumers[0].Age}, st.Consumers[0])
+		require.Greater(t, st.Consumers[0].Age, 71*time.Hour)
+		require.EqualValues(t, 1, st.Consumers[1].Done)
+		require.Positive(t, st.TotalBytes)
+
+		_, err = db.ReadStats(ctx, inbox.WithTable(b.table+"_nope"))
+		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+	})
+
+	t.Run("ForgetRemovesARowSoItsMessageIsAppliedAgainButKeepsALiveLease", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ctx := context.Background()
+		ib, err := mysqlinbox.New(b.db, b.options()...)
+		require.NoError(t, err)
+		h := ib.Middleware(b.credit(100, nil))
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+			VALUES ('wallet-credits', 'held', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6))`, watermill.NewUUID())
+		require.NoError(t, err)
+		db := mysqlinbox.Database(b.db)
+
+		row, err := db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.Equal(t, "done", row.State)
+		_, err = h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 200, b.balance(t), "a forgotten message is applied again")
+
+		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held"}, inbox.WithTable(b.table))
+		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
+		row, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held", Force: true}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.Equal(t, "processing", row.State)
+		require.Equal(t, 1, row.Attempts)
+
+		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.table))
+		require.ErrorIs(t, err, inbox.ErrNotFound)
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ASecondRunAppliesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		require.NoError(t, mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.table)))
+		var versions int
+		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+`_migrations`).Scan(&versions))
+		require.Equal(t, 1, versions)
+	})
+
+	t.Run("ManyProcessesAtOnceTakeTurns", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := uniqueName("inbox_my")
+		t.Cleanup(func() { (&testBundle{db: db, table: table, accounts: table + "_accounts"}).drop(t) })
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		for n := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[n] = mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(table))
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		var versions int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM `+table+`_migrations`).Scan(&versions))
+		require.Equal(t, 1, versions)
+	})
+
+	t.Run("ATableChangedByHandIsReportedAsDrift", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		_, err := b.db.Exec(`ALTER TABLE ` + b.table + ` DROP INDEX ` + b.table + `_processing, MODIFY attempts BIGINT`)
+		require.NoError(t, err)
+		err = mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.table))
+		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+		require.ErrorContains(t, err, "index "+b.table+"_processing does not exist")
+		require.ErrorContains(t, err, "column attempts is bigint, want int")
+	})
+
+	t.Run("TheMiddlewareCreatesAMissingTable", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := uniqueName("inbox_my")
+		t.Cleanup(func() { (&testBundle{db: db, table: table, accounts: table + "_accounts"}).drop(t) })
+		ib, err := mysqlinbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"))
+		require.NoError(t, err)
+		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM `+table).Scan(&n))
+		require.Equal(t, 1, n)
+	})
+
+	t.Run("UUIDColumnsAreRefused", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		err := mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(uniqueName("inbox_my")), inbox.WithIDType(inbox.IDTypeUUID))
+		require.ErrorContains(t, err, "VARBINARY")
+	})
+}
+
+// joinAlways joins a transaction it begins itself, standing in for a subscriber that carries one.
+type joinAlways struct{ tx driver.Tx }
+
+func (j joinAlways) Joined(context.Context) (driver.Tx, bool) { return j.tx, true }
+
+func TestJoiningASubscribersTransactionIsRefused(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+
+	_, err := mysqlinbox.New(db, inbox.WithSubscriberTx(true))
+	require.ErrorIs(t, err, inbox.ErrInvalidOption)
+	require.ErrorContains(t, err, "cannot join a subscriber's transaction")
+
+	_, err = inbox.OnDialect(mysqlinbox.Dialect, driver.StdSQL(db), joinAlways{}).New()
+	require.ErrorIs(t, err, inbox.ErrInvalidOption)
+
+	_, err = mysqlinbox.New(db)
+	require.NoError(t, err, "by default the inbox begins its own transaction")
+	_, err = mysqlinbox.New(db, inbox.WithSubscriberTx(false))
+	require.NoError(t, err)
+}
+
+func TestClassifyNamesTheErrorsTheInboxBranchesOn(t *testing.T) {
+	t.Parallel()
+	for number, want := range map[uint16]dialect.ErrorKind{
+		1146: dialect.NoTable,
+		1366: dialect.IDRefused, 1406: dialect.IDRefused, 1292: dialect.IDRefused,
+		4025: dialect.ValueRefused, 1153: dialect.ValueRefused,
+		1213: dialect.LockConflict, 1205: dialect.LockConflict,
+		1243: dialect.StatementMissing,
+		1062: dialect.Other, 1064: dialect.Other,
+	} {
+		err := fmt.Errorf("wrapped: %w", &mysql.MySQLError{Number: number, Message: "x"})
+		require.Equal(t, want, mysqlinbox.Dialect.Classify(err), "error %d", number)
+	}
+	require.Equal(t, dialect.ValueRefused, mysqlinbox.Dialect.Classify(mysql.ErrPktTooLarge))
+	require.True(t, mysqlinbox.Dialect.Classify(&mysql.MySQLError{Number: 1213}).Retryable())
+}

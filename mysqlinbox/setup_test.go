@@ -1,0 +1,208 @@
+package mysqlinbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/mysqlinbox"
+)
+
+// testDSN is the MariaDB or MySQL the tests run against: MYSQL_TEST_DSN, or this machine's default.
+func testDSN() string {
+	if dsn := os.Getenv("MYSQL_TEST_DSN"); dsn != "" {
+		return dsn
+	}
+	return "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+}
+
+var (
+	sharedOnce sync.Once
+	sharedDB   *sql.DB
+	sharedErr  error
+)
+
+// openDB returns the database of the tests, shared by them, and fails the test, loudly, when it is unreachable.
+// Under -short, which runs only the tests that need no database, it skips the test instead.
+func openDB(t testing.TB) *sql.DB {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs MariaDB or MySQL; run without -short")
+	}
+	sharedOnce.Do(func() {
+		sharedDB, sharedErr = sql.Open("mysql", testDSN())
+		if sharedErr != nil {
+			return
+		}
+		sharedDB.SetMaxOpenConns(40)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		sharedErr = sharedDB.PingContext(ctx)
+	})
+	if sharedErr != nil {
+		t.Fatalf("MariaDB is not reachable at %s (set MYSQL_TEST_DSN, or start it with "+
+			"`start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd`): %v", testDSN(), sharedErr)
+	}
+	return sharedDB
+}
+
+var tableSeq atomic.Int64
+
+// uniqueName returns a table name no other test, or test process, uses at the same time.
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
+}
+
+// testBundle is what a test needs around the inbox under test: its database, its tables, and what it logged.
+type testBundle struct {
+	db       *sql.DB
+	table    string // the inbox table
+	accounts string // a side-effect table: id, balance
+	logs     *recordingLogger
+}
+
+// newBundle migrates a fresh inbox table and an accounts table with account 1 at balance 0.
+func newBundle(t testing.TB) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &testBundle{db: openDB(t), table: uniqueName("inbox_my"), logs: &recordingLogger{}}
+	b.accounts = b.table + "_accounts"
+	t.Cleanup(func() { b.drop(t) })
+	require.NoError(t, mysqlinbox.Database(b.db).Migrate(ctx, inbox.WithTable(b.table)))
+	_, err := b.db.ExecContext(ctx, `CREATE TABLE `+b.accounts+` (id INT PRIMARY KEY, balance BIGINT NOT NULL) ENGINE = InnoDB`)
+	require.NoError(t, err)
+	_, err = b.db.ExecContext(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)
+	require.NoError(t, err)
+	return b
+}
+
+// drop removes every table the inbox may have created under the bundle's table name.
+func (b *testBundle) drop(t testing.TB) {
+	_, err := b.db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+b.accounts+`, `+b.table+`_produced, `+
+		b.table+`_locks, `+b.table+`_migrations, `+b.table)
+	if err != nil {
+		t.Errorf("drop the test's tables: %v", err)
+	}
+}
+
+// options are the inbox options of the bundle's tests: its table, a fixed consumer name and its logger, then opts.
+func (b *testBundle) options(opts ...inbox.Option) []inbox.Option {
+	return append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs)}, opts...)
+}
+
+// credit is a handler whose side effect is not idempotent: every run adds amount to account 1, on the transaction
+// the inbox gives it.
+func (b *testBundle) credit(amount int, calls *atomic.Int64) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if calls != nil {
+			calls.Add(1)
+		}
+		tx, ok := inbox.TxFromContext(msg.Context())
+		if !ok {
+			return nil, fmt.Errorf("no transaction in the handler's context")
+		}
+		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + ? WHERE id = 1`, amount)
+		return nil, err
+	}
+}
+
+func (b *testBundle) balance(t testing.TB) int {
+	t.Helper()
+	var balance int
+	require.NoError(t, b.db.QueryRow(`SELECT balance FROM `+b.accounts+` WHERE id = 1`).Scan(&balance))
+	return balance
+}
+
+// rows counts the inbox rows of consumer.
+func (b *testBundle) rows(t testing.TB, consumer string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+` WHERE consumer = ?`, consumer).Scan(&n))
+	return n
+}
+
+// row returns the state and attempts of one inbox row.
+func (b *testBundle) row(t testing.TB, consumer, id string) (state string, attempts int) {
+	t.Helper()
+	require.NoError(t, b.db.QueryRow(`SELECT state, COALESCE(attempts, 0) FROM `+b.table+` WHERE consumer = ? AND message_id = ?`,
+		consumer, id).Scan(&state, &attempts))
+	return state, attempts
+}
+
+// newMsg returns a message carrying eventID under the default metadata key.
+func newMsg(eventID string) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
+	if eventID != "" {
+		msg.Metadata.Set(inbox.DefaultIDMetadataKey, eventID)
+	}
+	msg.SetContext(context.Background())
+	return msg
+}
+
+// recordingLogger keeps what the inbox logs, so tests can check what an operator would see.
+type recordingLogger struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (l *recordingLogger) log(msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, msg)
+}
+
+func (l *recordingLogger) Error(msg string, _ error, _ watermill.LogFields) { l.log(msg) }
+func (l *recordingLogger) Info(msg string, _ watermill.LogFields)           { l.log(msg) }
+func (l *recordingLogger) Debug(msg string, _ watermill.LogFields)          { l.log(msg) }
+func (l *recordingLogger) Trace(msg string, _ watermill.LogFields)          { l.log(msg) }
+func (l *recordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+// count returns how many entries were logged with exactly msg.
+func (l *recordingLogger) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.entries {
+		if e == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// recordingPublisher keeps what is published to it.
+type recordingPublisher struct {
+	mu        sync.Mutex
+	published map[string][]*message.Message
+}
+
+func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.published == nil {
+		p.published = map[string][]*message.Message{}
+	}
+	for _, m := range msgs {
+		p.published[topic] = append(p.published[topic], m.Copy())
+	}
+	return nil
+}
+
+func (p *recordingPublisher) Close() error { return nil }
+
+func (p *recordingPublisher) messages(topic string) []*message.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*message.Message(nil), p.published[topic]...)
+}
