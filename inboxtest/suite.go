@@ -10,7 +10,7 @@ import (
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("needs PostgreSQL; run without -short")
+		t.Skip("needs a database (PostgreSQL, or MariaDB for mysqlinbox); run without -short")
 	}
 	conn := h.Open(t)
 	for _, c := range cases {

@@ -1,0 +1,32 @@
+package mysqlinbox_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/mysqlinbox"
+)
+
+// mariaDB is how the behaviour suite speaks to MariaDB and MySQL: ? placeholders, and times in UTC, as the
+// dialect writes processed_at and locked_until.
+var mariaDB = inboxtest.Dialect{
+	Name:  "MariaDB",
+	Param: func(int) string { return "?" },
+	Ago: func(d time.Duration) string {
+		return fmt.Sprintf("(UTC_TIMESTAMP(6) - INTERVAL %d MICROSECOND)", d.Microseconds())
+	},
+	DropInbox: func(table string) []string {
+		return []string{"DROP TABLE IF EXISTS `" + table + "_produced`, `" + table + "`, `" + table + "_locks`, `" + table + "_migrations`"}
+	},
+}
+
+// TestSuite_MariaDB runs the behaviour suite every driver runs against MariaDB through go-sql-driver/mysql.
+func TestSuite_MariaDB(t *testing.T) {
+	t.Parallel()
+	inboxtest.Run(t, inboxtest.HarnessFunc(func(t testing.TB) inboxtest.Conn {
+		db := openDB(t)
+		return inboxtest.StdSQL(db, mysqlinbox.Database(db), mariaDB)
+	}))
+}
