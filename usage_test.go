@@ -36,7 +36,7 @@ func main() {
 }
 `
 
-func TestOneLineUsageCompilesInAFreshModule(t *testing.T) {
+func TestOneLineUsageCompilesInAFreshModuleAndStaysLean(t *testing.T) {
 	t.Parallel()
 	repo, err := filepath.Abs(".")
 	require.NoError(t, err)
@@ -54,13 +54,25 @@ func TestOneLineUsageCompilesInAFreshModule(t *testing.T) {
 
 	goBin, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command must be on PATH")
-	run := func(args ...string) {
+	run := func(args ...string) string {
 		cmd := exec.Command(goBin, args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOWORK=off")
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go %v:\n%s", args, out)
+		return string(out)
 	}
 	run("mod", "tidy")
 	run("build", "-o", filepath.Join(dir, "wallet"), ".")
+
+	// The card's user stays lean: what only pgx, MySQL, OpenTelemetry or the examples need lives in modules of its
+	// own, so none of it is compiled into a program that imports only the root package.
+	deps := run("list", "-deps", ".")
+	for _, heavy := range []string{"github.com/jackc/pgx", "github.com/jackc/puddle", "github.com/go-sql-driver/mysql",
+		"go.opentelemetry.io", "github.com/twmb/franz-go", "github.com/IBM/sarama", "github.com/prometheus"} {
+		require.NotContains(t, deps, heavy, "a program importing only the root package compiles %s", heavy)
+	}
+	for _, seam := range []string{"github.com/effectively-once/watermill-inbox/driver", "github.com/effectively-once/watermill-inbox/dialect"} {
+		require.Contains(t, deps, seam, "the list must be the real one")
+	}
 }
