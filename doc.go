@@ -1,5 +1,7 @@
 // Package inbox gives Watermill consumers exactly-once effects on top of at-least-once delivery: the
-// transactional inbox, or idempotent consumer, on PostgreSQL.
+// transactional inbox, or idempotent consumer, on PostgreSQL. The package-level functions take a *sql.DB; the
+// pgxinbox module runs the same inbox over pgx v5, and the mysqlinbox module over MariaDB, each through On or
+// OnDialect and the driver and dialect packages.
 //
 // Every broker redelivers: after a crash between the side effect and the acknowledgement, after a rebalance that
 // hands a partition to another consumer while the old one is still writing, when a producer or an outbox relay
@@ -11,7 +13,7 @@
 //	router.AddMiddleware(inbox.Middleware(db))
 //	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
 //		tx, _ := inbox.TxFromContext(msg.Context())
-//		_, err := tx.Exec(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+//		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
 //		return err
 //	})
 //
@@ -28,8 +30,9 @@
 // For each consumer (by default the Watermill handler's name) and event ID, the effects a handler makes on the
 // transaction from TxFromContext are committed at most once, and a message is acknowledged only after they are.
 // With an at-least-once broker that makes them committed exactly once. Messages a handler returns are stored with
-// the inbox row and returned again on every redelivery, so they reach the publisher at least once, with stable
-// UUIDs and event IDs that the next inbox recognises.
+// the inbox row and returned again on every redelivery, so they reach the publisher at least once, with UUIDs and
+// event IDs derived from the consumer, the event ID and their position (ProducedMessageUUID), which the next inbox
+// recognises.
 //
 // # What is not
 //
