@@ -478,7 +478,7 @@ func (pg *postgres) ReleaseLock(ctx context.Context, tx driver.Executor, p diale
 
 func (pg *postgres) Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error) {
 	var out []string
-	err := scanRows(ctx, tx, pg.sql(table).consumersSQL, nil, func(r driver.Rows) error {
+	err := dialect.ScanRows(ctx, tx, pg.sql(table).consumersSQL, nil, func(r driver.Rows) error {
 		var consumer string
 		err := r.Scan(&consumer)
 		out = append(out, consumer)
@@ -498,14 +498,7 @@ func (pg *postgres) CountAbandoned(ctx context.Context, tx driver.Executor, tabl
 }
 
 func (pg *postgres) Remembers(ctx context.Context, tx driver.Executor, table string) ([]dialect.Memory, error) {
-	var out []dialect.Memory
-	err := scanRows(ctx, tx, pg.sql(table).memorySQL, nil, func(r driver.Rows) error {
-		var m dialect.Memory
-		err := r.Scan(&m.Consumer, &m.Oldest, &m.Now)
-		out = append(out, m)
-		return err
-	})
-	return out, err
+	return dialect.ScanMemories(ctx, tx, pg.sql(table).memorySQL)
 }
 
 func (pg *postgres) Stats(ctx context.Context, tx driver.Executor, table string) (st dialect.Stats, err error) {
@@ -514,14 +507,7 @@ func (pg *postgres) Stats(ctx context.Context, tx driver.Executor, table string)
 	if err != nil || !st.Exists {
 		return st, err
 	}
-	err = scanRows(ctx, tx, q.statsConsumersSQL, nil, func(r driver.Rows) error {
-		var cs dialect.ConsumerStats
-		var oldest sql.NullTime
-		err := r.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest)
-		cs.Oldest = oldest.Time
-		st.Consumers = append(st.Consumers, cs)
-		return err
-	})
+	st.Consumers, err = dialect.ScanConsumerStats(ctx, tx, q.statsConsumersSQL)
 	return st, err
 }
 
@@ -618,21 +604,6 @@ func scanTrue(row driver.Row) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// scanRows runs query and calls scan for each row.
-func scanRows(ctx context.Context, q driver.Executor, query string, args []any, scan func(driver.Rows) error) error {
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // nullable turns no produced messages into SQL NULL, and others into text: drivers send []byte as bytea.

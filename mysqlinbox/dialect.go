@@ -218,7 +218,7 @@ func (m *mysqlDialect) ReleaseLock(ctx context.Context, tx driver.Executor, p di
 
 func (m *mysqlDialect) Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error) {
 	var out []string
-	err := scanRows(ctx, tx, m.sql(table).consumers, nil, func(r driver.Rows) error {
+	err := dialect.ScanRows(ctx, tx, m.sql(table).consumers, nil, func(r driver.Rows) error {
 		var c string
 		err := r.Scan(&c)
 		out = append(out, c)
@@ -249,14 +249,7 @@ func (m *mysqlDialect) CountAbandoned(ctx context.Context, tx driver.Executor, t
 }
 
 func (m *mysqlDialect) Remembers(ctx context.Context, tx driver.Executor, table string) ([]dialect.Memory, error) {
-	var out []dialect.Memory
-	err := scanRows(ctx, tx, m.sql(table).memory, nil, func(r driver.Rows) error {
-		var mem dialect.Memory
-		err := r.Scan(&mem.Consumer, &mem.Oldest, &mem.Now)
-		out = append(out, mem)
-		return err
-	})
-	return out, err
+	return dialect.ScanMemories(ctx, tx, m.sql(table).memory)
 }
 
 func (m *mysqlDialect) Stats(ctx context.Context, tx driver.Executor, table string) (st dialect.Stats, err error) {
@@ -265,14 +258,7 @@ func (m *mysqlDialect) Stats(ctx context.Context, tx driver.Executor, table stri
 	if err != nil || !st.Exists {
 		return st, err
 	}
-	err = scanRows(ctx, tx, q.statsRows, nil, func(r driver.Rows) error {
-		var cs dialect.ConsumerStats
-		var oldest sql.NullTime
-		err := r.Scan(&cs.Consumer, &cs.Rows, &cs.Done, &cs.Failed, &cs.Released, &cs.Processing, &cs.Expired, &oldest)
-		cs.Oldest = oldest.Time
-		st.Consumers = append(st.Consumers, cs)
-		return err
-	})
+	st.Consumers, err = dialect.ScanConsumerStats(ctx, tx, q.statsRows)
 	return st, err
 }
 
@@ -306,21 +292,6 @@ func exists(row driver.Row) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// scanRows runs query and calls scan for each row.
-func scanRows(ctx context.Context, q driver.Executor, query string, args []any, scan func(driver.Rows) error) error {
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // lockName is Migrate's named lock for table: at most 64 characters, as MySQL requires, whatever the table's name.

@@ -95,7 +95,7 @@ func checkTable(ctx context.Context, q driver.Executor, r *dialect.SchemaReport,
 	}
 	got := map[string]column{}
 	var order []string
-	err = scanRows(ctx, q, columnsSQL, []any{table}, func(rows driver.Rows) error {
+	err = dialect.ScanRows(ctx, q, columnsSQL, []any{table}, func(rows driver.Rows) error {
 		var name string
 		var c column
 		err := rows.Scan(&name, &c.typ, &c.notNull, &c.hasDefault)
