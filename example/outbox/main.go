@@ -1,7 +1,7 @@
 // Command outbox shows the inbox and the outbox working together, on Kafka and PostgreSQL.
 //
 // The wallet service credits accounts from the deposits topic through the inbox and, in the same transaction,
-// writes a "credited" event to an outbox table with watermill-sql's publisher. Watermill's forwarder relays the
+// writes a "credited" event to an outbox table with watermill-sql v4's publisher. Watermill's forwarder relays the
 // outbox to the credited topic, reading it as a queue (outbox.go says why), and the notifications service, with an
 // inbox of its own, records one notification per credit.
 //

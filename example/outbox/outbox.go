@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -22,10 +22,11 @@ const (
 
 // outboxPublisher returns a publisher that writes to the outbox table on tx, addressed to the Kafka topic given to
 // Publish. It is built per message because it is bound to that message's transaction; building it only checks its
-// configuration. EventIDPublisher stamps event_id before the forwarder seals the message in its envelope, so every
-// copy the relay ever sends carries the same ID.
+// configuration. watermill-sql v4 takes its own executor interface, which TxFromStdSQL adapts the inbox's *sql.Tx
+// to: the statements still run on that transaction. EventIDPublisher stamps event_id before the forwarder seals the
+// message in its envelope, so every copy the relay ever sends carries the same ID.
 func outboxPublisher(tx *sql.Tx) (message.Publisher, error) {
-	sqlPub, err := wsql.NewPublisher(tx, wsql.PublisherConfig{SchemaAdapter: outboxQueue{}}, nil)
+	sqlPub, err := wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: outboxQueue{}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("outbox publisher: %w", err)
 	}
@@ -34,7 +35,7 @@ func outboxPublisher(tx *sql.Tx) (message.Publisher, error) {
 
 // newOutboxSubscriber returns the relay's reader of the outbox. SubscribeInitialize creates the outbox table.
 func newOutboxSubscriber(db *sql.DB, logger watermill.LoggerAdapter) (*wsql.Subscriber, error) {
-	return wsql.NewSubscriber(db, wsql.SubscriberConfig{
+	return wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
 		ConsumerGroup:  "relay", // unused by outboxQueue, but watermill-sql logs it
 		SchemaAdapter:  outboxQueue{},
 		OffsetsAdapter: deleteOnAck{},
@@ -59,9 +60,12 @@ func newOutboxSubscriber(db *sql.DB, logger watermill.LoggerAdapter) (*wsql.Subs
 type outboxQueue struct{}
 
 // outboxTableSchema is watermill-sql's PostgreSQL schema renamed to the outbox's table. outboxQueue delegates all
-// but the select to it, so that its zero value is ready to use.
+// but the select to it, so that its zero value is ready to use. The table is created without watermill-sql's
+// advisory lock, which serializes creators that race: one process creates it, before any credit, and a lock taken
+// outside a transaction would be released as soon as it was granted.
 var outboxTableSchema = wsql.DefaultPostgreSQLSchema{
-	GenerateMessagesTableName: func(string) string { return outboxTable },
+	GenerateMessagesTableName:          func(string) string { return outboxTable },
+	InitializeSchemaWithoutTransaction: true,
 }
 
 var (
@@ -70,26 +74,26 @@ var (
 )
 
 // SchemaInitializingQueries creates watermill-sql's message table under the outbox's name.
-func (outboxQueue) SchemaInitializingQueries(topic string) []wsql.Query {
-	return outboxTableSchema.SchemaInitializingQueries(topic)
+func (outboxQueue) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return outboxTableSchema.SchemaInitializingQueries(params)
 }
 
 // InsertQuery is watermill-sql's insert into the outbox's table.
-func (outboxQueue) InsertQuery(topic string, msgs message.Messages) (wsql.Query, error) {
-	return outboxTableSchema.InsertQuery(topic, msgs)
+func (outboxQueue) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
+	return outboxTableSchema.InsertQuery(params)
 }
 
 // UnmarshalMessage is watermill-sql's decoding of a row that SelectQuery returned.
-func (outboxQueue) UnmarshalMessage(row wsql.Scanner) (wsql.Row, error) {
-	return outboxTableSchema.UnmarshalMessage(row)
+func (outboxQueue) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
+	return outboxTableSchema.UnmarshalMessage(params)
 }
 
-// SelectQuery locks the oldest row no one else holds. One row at a time, because watermill-sql acks a batch by
-// its last row only, and deleteOnAck deletes exactly the row it is given. SKIP LOCKED lets several relays share
-// the queue without waiting for each other.
-func (outboxQueue) SelectQuery(string, string, wsql.OffsetsAdapter) wsql.Query {
+// SelectQuery locks the oldest row no one else holds. One row at a time: watermill-sql hands the ack query every
+// row it read, those after a message that was not acked included, so with a batch deleteOnAck could delete a row
+// that was never published. SKIP LOCKED lets several relays share the queue without waiting for each other.
+func (outboxQueue) SelectQuery(wsql.SelectQueryParams) (wsql.Query, error) {
 	return wsql.Query{Query: `SELECT "offset", transaction_id, uuid, payload, metadata FROM ` + outboxTable + `
-		ORDER BY "offset" LIMIT 1 FOR UPDATE SKIP LOCKED`}
+		ORDER BY "offset" LIMIT 1 FOR UPDATE SKIP LOCKED`}, nil
 }
 
 // SubscribeIsolationLevel is READ COMMITTED: the row lock, not a snapshot, keeps two relays off one row.
@@ -101,20 +105,26 @@ func (outboxQueue) SubscribeIsolationLevel() sql.IsolationLevel { return sql.Lev
 type deleteOnAck struct{}
 
 // AckMessageQuery deletes the row just published.
-func (deleteOnAck) AckMessageQuery(_ string, row wsql.Row, _ string) wsql.Query {
-	return wsql.Query{Query: `DELETE FROM ` + outboxTable + ` WHERE "offset" = $1`, Args: []any{row.Offset}}
+func (deleteOnAck) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
+	return wsql.Query{Query: `DELETE FROM ` + outboxTable + ` WHERE "offset" = $1`, Args: []any{params.LastRow.Offset}}, nil
 }
 
 // ConsumedMessageQuery is empty: there is nothing to record between reading and acking.
-func (deleteOnAck) ConsumedMessageQuery(string, wsql.Row, string, []byte) wsql.Query {
-	return wsql.Query{}
+func (deleteOnAck) ConsumedMessageQuery(wsql.ConsumedMessageQueryParams) (wsql.Query, error) {
+	return wsql.Query{}, nil
 }
 
 // NextOffsetQuery is empty: a queue keeps no offset, and outboxQueue.SelectQuery does not ask for one.
-func (deleteOnAck) NextOffsetQuery(string, string) wsql.Query { return wsql.Query{} }
+func (deleteOnAck) NextOffsetQuery(wsql.NextOffsetQueryParams) (wsql.Query, error) {
+	return wsql.Query{}, nil
+}
 
 // SchemaInitializingQueries is empty: there is no offsets table.
-func (deleteOnAck) SchemaInitializingQueries(string) []wsql.Query { return nil }
+func (deleteOnAck) SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return nil, nil
+}
 
 // BeforeSubscribingQueries is empty: there is no consumer group to register.
-func (deleteOnAck) BeforeSubscribingQueries(string, string) []wsql.Query { return nil }
+func (deleteOnAck) BeforeSubscribingQueries(wsql.BeforeSubscribingQueriesParams) ([]wsql.Query, error) {
+	return nil, nil
+}
