@@ -263,7 +263,7 @@ func storageMySQLTable(version string, runs, rows int, m mysqlSizes) string {
 		[][]string{
 			{version, f(m.Clustered), f(m.Cleanup), f(m.Processing), f(m.Indexes), f(m.File)},
 			{"PostgreSQL 15 (heap " + f(pg.Heap) + " + primary key " + f(pg.PKey) + ")", f(pg.Heap + pg.PKey),
-				f(pg.Cleanup), "none (partial index on the cleanup's)", f(pg.Total), ""},
+				f(pg.Cleanup), "0.0 (partial: 'processing' rows only)", f(pg.Total), "—"},
 		}))
 	return b.String()
 }
