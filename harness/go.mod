@@ -19,6 +19,8 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
+require filippo.io/edwards25519 v1.2.0 // indirect
+
 require (
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -38,9 +40,11 @@ require (
 	github.com/eapache/go-resiliency v1.7.0 // indirect
 	github.com/eapache/go-xerial-snappy v0.0.0-20230731223053-c322873962e3 // indirect
 	github.com/eapache/queue v1.1.0 // indirect
+	github.com/effectively-once/watermill-inbox/mysqlinbox v0.0.0
 	github.com/effectively-once/watermill-inbox/pgxinbox v0.0.0
 	github.com/go-logr/logr v1.4.2 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/golang/snappy v0.0.4 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
@@ -76,3 +80,5 @@ require (
 replace github.com/effectively-once/watermill-inbox => ../
 
 replace github.com/effectively-once/watermill-inbox/pgxinbox => ../pgxinbox
+
+replace github.com/effectively-once/watermill-inbox/mysqlinbox => ../mysqlinbox

@@ -44,6 +44,8 @@ Commands:
               10 ms handlers and with zero-work handlers, beside a ceiling: the inbox's claim-plus-credit
               transaction driven straight at PostgreSQL by one goroutine per partition.
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
+  storage-mysql
+              The inbox's bytes per row on MariaDB or MySQL (mysqlinbox), every index counted, beside PostgreSQL's.
   transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
               (watermill-amqp), NATS JetStream (watermill-nats), Redis Streams (watermill-redisstream),
               watermill-sql v3's and v4's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a
@@ -82,6 +84,8 @@ func main() {
 		err = throughputCommand(ctx, args)
 	case "storage":
 		err = runStorage(args)
+	case "storage-mysql":
+		err = runStorageMySQL(args)
 	case "transports":
 		err = transportsCommand(ctx, args)
 	case "consume-transport":

@@ -1,0 +1,80 @@
+package mysqlinbox_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/mysqlinbox"
+)
+
+// The price of the inbox on one message on MariaDB, without a broker, in the shape of the root module's
+// BenchmarkMiddleware on PostgreSQL, so that the two runs' ratios can be set side by side. Compare the
+// sub-benchmarks of one run (go test -run '^$' -bench . -count 5 | benchstat), never their absolute times on
+// another machine.
+//
+//	bare        BEGIN, the effect, COMMIT: what a consumer without an inbox does
+//	inbox       the same effect through the middleware: BEGIN, claim, effect, COMMIT
+//	duplicate   a copy the inbox skips: BEGIN, claim, read, ROLLBACK
+//	lease       lease mode around a handler that does nothing: claim, then the fenced 'done'
+func BenchmarkMiddleware_MariaDB(b *testing.B) {
+	tb := newBundle(b)
+	ctx := context.Background()
+	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = 1`
+	run := func(name string, handle func(i int) error) {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if err := handle(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	newID := func(i int) string {
+		return "evt-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+
+	run("bare", func(int) error {
+		tx, err := tb.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, effect); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+
+	txMode, err := mysqlinbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-inbox"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	credit := txMode.Middleware(tb.credit(1, nil))
+	run("inbox", func(i int) error {
+		_, err := credit(newMsg(newID(i)))
+		return err
+	})
+
+	if _, err := credit(newMsg("evt-dup")); err != nil {
+		b.Fatal(err)
+	}
+	run("duplicate", func(int) error {
+		_, err := credit(newMsg("evt-dup"))
+		return err
+	})
+
+	leaseMode, err := mysqlinbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-lease"), inbox.WithLease(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	noop := leaseMode.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	run("lease", func(i int) error {
+		_, err := noop(newMsg(newID(i)))
+		return err
+	})
+}
