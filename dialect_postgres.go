@@ -606,7 +606,9 @@ func scanTrue(row driver.Row) (bool, error) {
 	return err == nil, err
 }
 
-// nullable turns no produced messages into SQL NULL, and others into text: drivers send []byte as bytea.
+// nullable turns no produced messages into SQL NULL, and others into a text parameter for the jsonb column: as
+// []byte, drivers send bytea, and those that send it in binary format (lib/pq with binary_parameters=yes) would
+// hand jsonb a value without its binary version header.
 func nullable(raw []byte) any {
 	if raw == nil {
 		return nil

@@ -54,11 +54,11 @@ func (s *store) committed(ctx context.Context, pool driver.Pool, consumer, id st
 // saveProduced stores the produced column raw (from encodeProduced) for the row claimed in tx. In a transaction
 // the inbox commits, the row is 'done' from its claim and a separate statement is safe; a claim made 'applying' is
 // finished by finish instead, which stores them in the same statement.
-func (s *store) saveProduced(ctx context.Context, tx driver.Tx, consumer, id string, raw any) error {
+func (s *store) saveProduced(ctx context.Context, tx driver.Tx, consumer, id string, raw []byte) error {
 	if raw == nil {
 		return nil
 	}
-	err := s.d.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ID: id, Produced: rawBytes(raw)})
+	err := s.d.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ID: id, Produced: raw})
 	if err != nil {
 		return s.wrapProduced("store produced messages", consumer, id, err)
 	}
@@ -66,8 +66,8 @@ func (s *store) saveProduced(ctx context.Context, tx driver.Tx, consumer, id str
 }
 
 // finish turns an 'applying' claim 'done' and stores raw with it, in one statement.
-func (s *store) finish(ctx context.Context, tx driver.Tx, consumer, id string, raw any) error {
-	ok, err := s.d.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ID: id, Produced: rawBytes(raw)})
+func (s *store) finish(ctx context.Context, tx driver.Tx, consumer, id string, raw []byte) error {
+	ok, err := s.d.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ID: id, Produced: raw})
 	if err != nil {
 		return s.wrapProduced("finish claim", consumer, id, err)
 	}
@@ -90,14 +90,6 @@ func (s *store) takeOver(ctx context.Context, tx driver.Tx, consumer, id, state 
 // savepoint runs one step of the savepoint around a claim in a subscriber's transaction.
 func (s *store) savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error {
 	return s.d.Savepoint(ctx, tx, step)
-}
-
-// rawBytes turns encodeProduced's result into the dialect's: nil for no messages.
-func rawBytes(raw any) []byte {
-	if s, ok := raw.(string); ok {
-		return []byte(s)
-	}
-	return nil
 }
 
 // wrapProduced wraps the failure of a statement that stores produced messages. A value the database refuses

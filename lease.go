@@ -142,7 +142,7 @@ func (i *Inbox) finishLeased(msg *message.Message, l *Lease, h message.HandlerFu
 	raw, err := encodeProduced(consumer, id, produced)
 	if err == nil {
 		start := time.Now()
-		err = i.leaseWrite(msg, l, i.store.d.CompleteLease, true, "complete lease", rawBytes(raw))
+		err = i.leaseWrite(msg, l, i.store.d.CompleteLease, true, "complete lease", raw)
 		ob.commitDone(start, err)
 	}
 	if errors.Is(err, ErrProducedUnstorable) {

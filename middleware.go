@@ -67,16 +67,14 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		start := time.Now()
 		err = tx.Commit(ctx)
-		ob.commitDone(start, err)
 		ended = true
+		ob.commitDone(start, err)
 		if err != nil {
 			err = fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
+			produced = nil
 		}
 		ob.finish(err)
-		if err != nil {
-			return nil, err
-		}
-		return produced, nil
+		return produced, err
 	}
 }
 

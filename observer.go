@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -321,7 +320,7 @@ func (i *Inbox) modeOf(msg *message.Message) Mode {
 	if i.cfg.lease > 0 {
 		return ModeLease
 	}
-	if _, ok := wsql.TxFromContext(msg.Context()); ok && i.cfg.subscriberTx {
+	if _, ok := i.db.joined(msg.Context()); ok && i.cfg.subscriberTx {
 		return ModeJoined
 	}
 	return ModeTransaction

@@ -64,10 +64,8 @@ type storedMessage struct {
 	Payload     []byte            `json:"payload"`
 }
 
-// encodeProduced returns msgs as the produced column keeps them, or nil (SQL NULL) when there are none. The JSON
-// goes as a string, a text parameter: as []byte, drivers that send byte slices in binary format (lib/pq with
-// binary_parameters=yes) would hand jsonb a value without its binary version header.
-func encodeProduced(consumer, id string, msgs []*message.Message) (any, error) {
+// encodeProduced returns msgs as the produced column keeps them, or nil (SQL NULL) when there are none.
+func encodeProduced(consumer, id string, msgs []*message.Message) ([]byte, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -96,7 +94,7 @@ func encodeProduced(consumer, id string, msgs []*message.Message) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: encode produced messages of %s/%s: %w: %w", consumer, id, ErrProducedUnstorable, err)
 	}
-	return string(raw), nil
+	return raw, nil
 }
 
 // textSafe reports whether s survives JSON text in a jsonb column unchanged.

@@ -37,14 +37,14 @@ type bundle struct {
 	d        Dialect
 	table    string
 	accounts string
-	logs     *recordingLogger
+	logs     *RecordingLogger
 }
 
 // newBundle creates the case's tables, the inbox's through Migrate unless migrate is false, and drops them when
 // the case ends.
 func newBundle(t *testing.T, conn Conn, migrate bool) *bundle {
 	t.Helper()
-	b := &bundle{conn: conn, d: conn.Dialect(), table: uniqueName(), logs: &recordingLogger{}}
+	b := &bundle{conn: conn, d: conn.Dialect(), table: uniqueName(), logs: &RecordingLogger{}}
 	b.accounts = b.table + "_accounts"
 	t.Cleanup(func() {
 		stmts := append([]string{`DROP TABLE IF EXISTS ` + b.accounts}, b.d.DropInbox(b.table)...)
@@ -157,9 +157,9 @@ func (b *bundle) age(t *testing.T, consumerName string, d time.Duration, ids ...
 	}
 }
 
-// newMsg returns a message carrying eventID under the default metadata key (none when eventID is empty), with a
-// fresh UUID, as a broker's redelivery or a relay's republish would not necessarily keep.
-func newMsg(eventID string) *message.Message {
+// NewMessage returns a message carrying eventID under the default metadata key (none when eventID is empty), with
+// a fresh UUID, as a broker's redelivery or a relay's republish would not necessarily keep.
+func NewMessage(eventID string) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
 	if eventID != "" {
 		msg.Metadata.Set(inbox.DefaultIDMetadataKey, eventID)
@@ -168,26 +168,38 @@ func newMsg(eventID string) *message.Message {
 	return msg
 }
 
-// recordingLogger keeps the messages the inbox logs.
-type recordingLogger struct {
+// newMsg is NewMessage, as the suite's cases call it.
+func newMsg(eventID string) *message.Message { return NewMessage(eventID) }
+
+// RecordingLogger keeps the messages the inbox logs, for drivers' tests to count.
+type RecordingLogger struct {
 	mu      sync.Mutex
 	entries []string
 }
 
-func (l *recordingLogger) log(msg string) {
+func (l *RecordingLogger) log(msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.entries = append(l.entries, msg)
 }
 
-func (l *recordingLogger) Error(msg string, _ error, _ watermill.LogFields) { l.log(msg) }
-func (l *recordingLogger) Info(msg string, _ watermill.LogFields)           { l.log(msg) }
-func (l *recordingLogger) Debug(msg string, _ watermill.LogFields)          { l.log(msg) }
-func (l *recordingLogger) Trace(msg string, _ watermill.LogFields)          { l.log(msg) }
-func (l *recordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+// Error records msg.
+func (l *RecordingLogger) Error(msg string, _ error, _ watermill.LogFields) { l.log(msg) }
 
-// count returns how many logged messages contain text.
-func (l *recordingLogger) count(text string) int {
+// Info records msg.
+func (l *RecordingLogger) Info(msg string, _ watermill.LogFields) { l.log(msg) }
+
+// Debug records msg.
+func (l *RecordingLogger) Debug(msg string, _ watermill.LogFields) { l.log(msg) }
+
+// Trace records msg.
+func (l *RecordingLogger) Trace(msg string, _ watermill.LogFields) { l.log(msg) }
+
+// With returns l: the fields are not kept.
+func (l *RecordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+// Count returns how many logged messages contain text.
+func (l *RecordingLogger) Count(text string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -199,13 +211,14 @@ func (l *recordingLogger) count(text string) int {
 	return n
 }
 
-// recordingPublisher keeps copies of what is published to it.
-type recordingPublisher struct {
+// RecordingPublisher keeps copies of what is published to it, for dead letters.
+type RecordingPublisher struct {
 	mu        sync.Mutex
 	published map[string][]*message.Message
 }
 
-func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
+// Publish keeps copies of msgs under topic.
+func (p *RecordingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.published == nil {
@@ -217,9 +230,11 @@ func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) err
 	return nil
 }
 
-func (p *recordingPublisher) Close() error { return nil }
+// Close does nothing.
+func (p *RecordingPublisher) Close() error { return nil }
 
-func (p *recordingPublisher) messages(topic string) []*message.Message {
+// Messages returns what was published to topic, in order.
+func (p *RecordingPublisher) Messages(topic string) []*message.Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]*message.Message(nil), p.published[topic]...)

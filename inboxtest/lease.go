@@ -60,7 +60,7 @@ func leaseReleasesAndRetries(t *testing.T, conn Conn) {
 
 func leaseExhausted(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
-	dlq := &recordingPublisher{}
+	dlq := &RecordingPublisher{}
 	var calls atomic.Int64
 	h := b.inbox(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(2), inbox.WithDeadLetter(dlq, "payments.dlq")).
 		Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -70,10 +70,10 @@ func leaseExhausted(t *testing.T, conn Conn) {
 
 	_, err := h(newMsg("evt-1"))
 	require.Error(t, err, "the first failure is nacked for another attempt")
-	require.Empty(t, dlq.messages("payments.dlq"))
+	require.Empty(t, dlq.Messages("payments.dlq"))
 	_, err = h(newMsg("evt-1"))
 	require.NoError(t, err, "the last failure is dead-lettered and acked")
-	dead := dlq.messages("payments.dlq")
+	dead := dlq.Messages("payments.dlq")
 	require.Len(t, dead, 1)
 	require.Equal(t, "2", dead[0].Metadata.Get(inbox.AttemptsKey))
 	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "attempts exhausted: 2 of 2, last error: insufficient funds")
@@ -84,7 +84,7 @@ func leaseExhausted(t *testing.T, conn Conn) {
 	_, err = h(newMsg("evt-1"))
 	require.NoError(t, err, "a later copy is acked")
 	require.EqualValues(t, 2, calls.Load(), "without running")
-	require.Len(t, dlq.messages("payments.dlq"), 1, "and without a second dead letter")
+	require.Len(t, dlq.Messages("payments.dlq"), 1, "and without a second dead letter")
 }
 
 func leaseTakeover(t *testing.T, conn Conn) {

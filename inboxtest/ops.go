@@ -134,7 +134,7 @@ func readStats(t *testing.T, conn Conn) {
 
 	// Another consumer in lease mode: one message dead-lettered after its only attempt, one released for another.
 	failing := func(*message.Message) ([]*message.Message, error) { return nil, errors.New("provider unavailable") }
-	dlq := &recordingPublisher{}
+	dlq := &RecordingPublisher{}
 	_, err := b.inbox(t, inbox.WithConsumer("payments"), inbox.WithLease(time.Minute), inbox.WithMaxAttempts(1),
 		inbox.WithDeadLetter(dlq, "payments.dlq")).Middleware(failing)(newMsg("pay-1"))
 	require.NoError(t, err)

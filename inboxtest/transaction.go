@@ -27,7 +27,7 @@ func appliesOnceAndSkipsTheDuplicate(t *testing.T, conn Conn) {
 	require.EqualValues(t, 1, b.rows(t))
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
-	require.Equal(t, 2, b.logs.count("skipped duplicate"))
+	require.Equal(t, 2, b.logs.Count("skipped duplicate"))
 }
 
 func aHandlerErrorRollsBack(t *testing.T, conn Conn) {
@@ -107,7 +107,7 @@ func racingCopiesApplyOnce(t *testing.T, conn Conn) {
 	require.EqualValues(t, 1, calls.Load())
 	require.EqualValues(t, 100, b.balance(t))
 	require.EqualValues(t, 1, b.rows(t))
-	require.Equal(t, copies-1, b.logs.count("skipped duplicate"))
+	require.Equal(t, copies-1, b.logs.Count("skipped duplicate"))
 }
 
 // producing returns a handler that runs effect, then returns two messages with fresh random UUIDs, the first with
@@ -180,7 +180,7 @@ func producedInLeaseMode(t *testing.T, conn Conn) {
 
 func noEventIDIsDeadLettered(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
-	dlq := &recordingPublisher{}
+	dlq := &RecordingPublisher{}
 	var calls atomic.Int64
 	msg := newMsg("")
 	_, err := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(b.credit(100, &calls))(msg)
@@ -188,7 +188,7 @@ func noEventIDIsDeadLettered(t *testing.T, conn Conn) {
 	require.Zero(t, calls.Load(), "never applied without deduplication")
 	require.Zero(t, b.balance(t))
 	require.Zero(t, b.rows(t))
-	dead := dlq.messages("deposits.dlq")
+	dead := dlq.Messages("deposits.dlq")
 	require.Len(t, dead, 1)
 	require.Equal(t, msg.UUID, dead[0].UUID)
 	require.Equal(t, msg.Payload, dead[0].Payload)

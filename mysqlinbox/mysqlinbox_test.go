@@ -39,7 +39,7 @@ func TestTransactionMode(t *testing.T) {
 		require.EqualValues(t, 1, calls.Load(), "the duplicate must not run the handler")
 		require.Equal(t, 100, b.balance(t))
 		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-		require.Equal(t, 1, b.logs.count("skipped duplicate"))
+		require.Equal(t, 1, b.logs.Count("skipped duplicate"))
 	})
 
 	t.Run("AHandlerErrorRollsBackTheEffectAndTheClaim", func(t *testing.T) {
@@ -250,7 +250,7 @@ func TestLeaseMode(t *testing.T) {
 		_, err = h(newMsg("dead"))
 		require.NoError(t, err)
 		require.Equal(t, "2:lease of attempt 1 expired", previous)
-		require.Equal(t, 1, b.logs.count("Inbox took over an expired lease"))
+		require.Equal(t, 1, b.logs.Count("Inbox took over an expired lease"))
 		state, _ := b.row(t, "wallet-credits", "live")
 		require.Equal(t, "processing", state, "a live lease is left to its holder")
 	})
@@ -296,7 +296,7 @@ func TestLeaseMode(t *testing.T) {
 		require.NoError(t, err)
 
 		require.EqualValues(t, 2, calls.Load())
-		dead := dlq.messages("dead")
+		dead := dlq.Messages("dead")
 		require.Len(t, dead, 1)
 		require.Equal(t, "2", dead[0].Metadata.Get(inbox.AttemptsKey))
 		state, attempts := b.row(t, "wallet-credits", "evt-1")

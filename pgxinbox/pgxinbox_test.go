@@ -36,7 +36,7 @@ func TestTransactionMode(t *testing.T) {
 		require.EqualValues(t, 1, calls.Load(), "the duplicate must not run the handler")
 		require.Equal(t, 100, b.balance(t))
 		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-		require.Equal(t, 1, b.logs.count("skipped duplicate"))
+		require.Equal(t, 1, b.logs.Count("skipped duplicate"))
 	})
 
 	t.Run("AHandlerErrorRollsBackTheEffectAndTheClaim", func(t *testing.T) {
@@ -184,7 +184,7 @@ func TestDeadLetter_AMessageWithoutAnEventIDIsParked(t *testing.T) {
 	_, err = ib.Middleware(b.credit(100, &calls))(newMsg(""))
 	require.NoError(t, err, "a dead-lettered message is acked")
 	require.Zero(t, calls.Load())
-	parked := dlq.messages("inbox.dlq")
+	parked := dlq.Messages("inbox.dlq")
 	require.Len(t, parked, 1)
 	require.NotEmpty(t, parked[0].Metadata.Get(inbox.ReasonKey))
 	require.Equal(t, 0, b.rows(t, "wallet-credits"))

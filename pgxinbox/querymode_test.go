@@ -99,7 +99,7 @@ func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	require.NoError(t, err)
 	_, err = parking.Middleware(b.credit(100, nil))(newMsg(""))
 	require.NoError(t, err)
-	require.Len(t, dlq.messages("dlq"), 1)
+	require.Len(t, dlq.Messages("dlq"), 1)
 
 	// A table of uuid event IDs.
 	uuidTable := inbox.WithTable(b.table + "_u")

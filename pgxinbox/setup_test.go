@@ -5,18 +5,17 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -159,69 +158,10 @@ func (b *testBundle) row(t testing.TB, consumer, id string) (state string, attem
 	return state, attempts
 }
 
-// newMsg returns a message carrying eventID under the default metadata key.
-func newMsg(eventID string) *message.Message {
-	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
-	if eventID != "" {
-		msg.Metadata.Set(inbox.DefaultIDMetadataKey, eventID)
-	}
-	msg.SetContext(context.Background())
-	return msg
-}
+// newMsg, recordingLogger and recordingPublisher are the behaviour suite's, shared by every driver's tests.
+func newMsg(eventID string) *message.Message { return inboxtest.NewMessage(eventID) }
 
-// recordingLogger keeps what the inbox logs, so tests can check what an operator would see.
-type recordingLogger struct {
-	mu      sync.Mutex
-	entries []string
-}
-
-func (l *recordingLogger) log(msg string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = append(l.entries, msg)
-}
-
-func (l *recordingLogger) Error(msg string, _ error, _ watermill.LogFields) { l.log(msg) }
-func (l *recordingLogger) Info(msg string, _ watermill.LogFields)           { l.log(msg) }
-func (l *recordingLogger) Debug(msg string, _ watermill.LogFields)          { l.log(msg) }
-func (l *recordingLogger) Trace(msg string, _ watermill.LogFields)          { l.log(msg) }
-func (l *recordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
-
-// count returns how many entries were logged with exactly msg.
-func (l *recordingLogger) count(msg string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.entries {
-		if e == msg {
-			n++
-		}
-	}
-	return n
-}
-
-// recordingPublisher keeps what is published to it.
-type recordingPublisher struct {
-	mu        sync.Mutex
-	published map[string][]*message.Message
-}
-
-func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.published == nil {
-		p.published = map[string][]*message.Message{}
-	}
-	for _, m := range msgs {
-		p.published[topic] = append(p.published[topic], m.Copy())
-	}
-	return nil
-}
-
-func (p *recordingPublisher) Close() error { return nil }
-
-func (p *recordingPublisher) messages(topic string) []*message.Message {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]*message.Message(nil), p.published[topic]...)
-}
+type (
+	recordingLogger    = inboxtest.RecordingLogger
+	recordingPublisher = inboxtest.RecordingPublisher
+)

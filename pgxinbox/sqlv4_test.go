@@ -177,7 +177,7 @@ func TestSQLv4Join(t *testing.T) {
 				runV4Router(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2"))
-				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && b.logs.count("skipped duplicate") == 1 },
+				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && b.logs.Count("skipped duplicate") == 1 },
 					10*time.Second, 20*time.Millisecond)
 				require.EqualValues(t, 2, calls.Load())
 				require.EqualValues(t, 2, sameTx.Load(), "the handler must see the subscriber's transaction, not a second one")
@@ -250,7 +250,7 @@ func TestSQLv4Join(t *testing.T) {
 				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 				require.Equal(t, 100, b.balance(t), "the half-run handler's write was refused; the redelivery applied once")
 				require.EqualValues(t, 2, calls.Load())
-				require.Equal(t, 1, subLogs.count("could not commit tx for querying message"),
+				require.Equal(t, 1, subLogs.Count("could not commit tx for querying message"),
 					"the subscriber tried to commit the half-run transaction, and the inbox's guard refused it")
 			})
 
