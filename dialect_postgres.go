@@ -355,7 +355,7 @@ func (*postgres) Classify(err error) dialect.ErrorKind {
 		return dialect.SerializationFailure
 	case code == "40P01": // deadlock_detected
 		return dialect.LockConflict
-	case code == "26000": // invalid_sql_statement_name
+	case code == "26000" || code == "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 		return dialect.StatementMissing
 	}
 	return dialect.Other

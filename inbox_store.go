@@ -117,7 +117,7 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 			return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 		}
 	}
-	return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)
+	return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, poolerHint(s.d, err))
 }
 
 // leaseClaim is the outcome of a lease-mode claim.

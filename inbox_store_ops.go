@@ -24,5 +24,5 @@ func (s *opsStore) wrap(op string, err error) error {
 	if s.d.Classify(err) == dialect.NoTable {
 		return fmt.Errorf("inbox: %s %s: %w: %w", op, s.table, ErrSchemaMissing, err)
 	}
-	return fmt.Errorf("inbox: %s %s: %w", op, s.table, err)
+	return fmt.Errorf("inbox: %s %s: %w", op, s.table, poolerHint(s.d, err))
 }

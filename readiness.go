@@ -162,7 +162,7 @@ func (i *Inbox) inspectSchema(ctx context.Context) (schemaReport, error) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
 	r, err := i.db.dialect.InspectSchema(ctx, tx, i.cfg.table)
-	return fromDialectReport(r), err
+	return fromDialectReport(r), poolerHint(i.db.dialect, err)
 }
 
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the

@@ -78,9 +78,20 @@ func retryConflicts(ctx context.Context, d dialect.Dialect, tries int, backoff t
 // poolerHint adds what to do to the error a driver reports when a statement it prepared on one server connection
 // is used on another, which is what a transaction-pooling proxy does to a driver that caches prepared statements.
 func poolerHint(d dialect.Dialect, err error) error {
-	if d.Classify(err) != dialect.StatementMissing {
+	var hinted pooledStatementError
+	if err == nil || errors.As(err, &hinted) || d.Classify(err) != dialect.StatementMissing {
 		return err
 	}
-	return fmt.Errorf("%w (behind a transaction-pooling proxy such as pgbouncer, the driver must not reuse prepared "+
-		"statements across transactions: with pgx, add statement_cache_mode=describe to the connection string)", err)
+	return pooledStatementError{err}
 }
+
+// pooledStatementError is a driver error that poolerHint explained, once however often the error is wrapped.
+type pooledStatementError struct{ error }
+
+func (e pooledStatementError) Error() string {
+	return e.error.Error() + " (behind a transaction-pooling proxy such as pgbouncer, the driver must not reuse " +
+		"prepared statements across transactions: with pgx v5, set default_query_exec_mode=cache_describe; with " +
+		"pgx v4, statement_cache_mode=describe)"
+}
+
+func (e pooledStatementError) Unwrap() error { return e.error }

@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,4 +63,18 @@ func TestRetryConflicts(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, pgError("40P01"))
 	})
+}
+
+func TestPoolerHint_ExplainsAPreparedStatementAProxyLostOnceHoweverOftenWrapped(t *testing.T) {
+	t.Parallel()
+	for _, code := range []pgError{"26000", "42P05"} {
+		err := poolerHint(Postgres, code)
+		require.ErrorIs(t, err, code)
+		require.Contains(t, err.Error(), "default_query_exec_mode=cache_describe")
+		again := poolerHint(Postgres, fmt.Errorf("inbox: claim: %w", err))
+		require.Equal(t, 1, strings.Count(again.Error(), "transaction-pooling proxy"), "explained once: %v", again)
+	}
+	other := pgError("23505")
+	require.Equal(t, error(other), poolerHint(Postgres, other))
+	require.NoError(t, poolerHint(Postgres, nil))
 }

@@ -110,8 +110,8 @@ const (
 	// LockConflict is a transaction rolled back for a deadlock or a lock wait that ran out: running it again is
 	// safe.
 	LockConflict
-	// StatementMissing is a prepared statement the server does not know: a driver that caches prepared
-	// statements, behind a transaction-pooling proxy.
+	// StatementMissing is a prepared statement the server does not know, or already knows under the driver's
+	// name: a driver that caches prepared statements, behind a transaction-pooling proxy.
 	StatementMissing
 )
 
