@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // trigger still exists (a table of a test running in another process) cannot be dropped without CASCADE, so it
 // stays.
 func dropOrphanGuards() {
-	db, err := sql.Open(testDriver(), testDSN())
+	db, err := sql.Open(testDriver, testDSN())
 	if err != nil {
 		return
 	}
@@ -152,7 +152,7 @@ func runConsumerProcess() int {
 	withInbox := os.Getenv("INBOX_TEST_WITH_INBOX") == "true"
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "consumer process:", err); return 1 }
 
-	db, err := sql.Open(testDriver(), testDSN())
+	db, err := sql.Open(testDriver, testDSN())
 	if err != nil {
 		return fail(err)
 	}

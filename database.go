@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
-
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
@@ -23,8 +21,8 @@ type Database struct {
 }
 
 // On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
-// transaction that the inbox joins instead of beginning its own (see WithSubscriberTx); a Database over
-// database/sql made by the package-level functions joins watermill-sql v3's.
+// transaction that the inbox joins instead of beginning its own (see WithSubscriberTx): sqlv3inbox.Joiner for
+// watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. The package-level functions join none.
 func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
 	return OnDialect(Postgres, pool, joiners...)
 }
@@ -36,13 +34,9 @@ func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *D
 	return &Database{dialect: d, pool: pool, joiners: joiners}
 }
 
-// stdDatabase is the Database of the package-level functions: database/sql, joining watermill-sql v3's subscriber.
-func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db), SQLv3Joiner()) }
-
-// SQLv3Joiner finds the transaction of watermill-sql v3's subscriber in a message's context, for On: the
-// package-level functions join it by default. Give it with other joiners (pgxinbox's, for watermill-sql v4) when
-// messages may come from either.
-func SQLv3Joiner() driver.Joiner { return sqlV3Joiner{} }
+// stdDatabase is the Database of the package-level functions: PostgreSQL over database/sql, joining no
+// subscriber's transaction.
+func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db)) }
 
 // joined returns the subscriber transaction in ctx that the inbox should join, if any.
 func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {
@@ -52,15 +46,4 @@ func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {
 		}
 	}
 	return nil, false
-}
-
-// sqlV3Joiner finds watermill-sql v3's subscriber transaction.
-type sqlV3Joiner struct{}
-
-func (sqlV3Joiner) Joined(ctx context.Context) (driver.Tx, bool) {
-	tx, ok := wsql.TxFromContext(ctx)
-	if !ok || tx == nil {
-		return nil, false
-	}
-	return driver.StdSQLTx(tx), true
 }

@@ -13,10 +13,11 @@ import (
 // its Middleware on a router, or use the package-level Middleware. An Inbox is safe for concurrent use and holds
 // no goroutines, so it needs no closing.
 type Inbox struct {
-	db        *Database
-	cfg       config
-	store     *store
-	readiness readiness
+	db            *Database
+	cfg           config
+	store         *store
+	readiness     readiness
+	subscriberTxs subscriberTxs
 }
 
 // New checks the options and returns an Inbox over db. It does not touch the database. Its first message checks

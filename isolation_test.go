@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // withIsolation returns the test DSN with default_transaction_isolation set for its sessions only: lib/pq and pgx
@@ -35,10 +36,10 @@ func sqlStateOf(err error) string {
 func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	var provider callCounter
+	var provider inboxtest.CallCounter
 	var handlers []message.HandlerFunc
 	for range 3 { // three consumer processes, each with its own pool
-		db := openVia(t, testDriver(), withIsolation("serializable"))
+		db := openVia(t, testDriver, withIsolation("serializable"))
 		var level string
 		require.NoError(t, db.QueryRow(`SHOW default_transaction_isolation`).Scan(&level))
 		require.Equal(t, "serializable", level)
@@ -50,15 +51,15 @@ func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.
 			if err := l.Extend(msg.Context(), 30*time.Second); err != nil {
 				return nil, err
 			}
-			provider.call(msg.Metadata.Get(inbox.DefaultIDMetadataKey))
+			provider.Call(msg.Metadata.Get(inbox.DefaultIDMetadataKey))
 			time.Sleep(2 * time.Millisecond)
 			return []*message.Message{message.NewMessage(l.IdempotencyKey(), []byte("receipt"))}, nil
 		}))
 	}
-	ids := eventIDs("pay", 60)
-	errs := deliverCopies(t, fanOut(handlers), ids, 3)
+	ids := inboxtest.EventIDs("pay", 60)
+	errs := inboxtest.DeliverCopies(t, fanOut(handlers), ids, 3)
 	requireNoErrors(t, errs)
-	provider.requireOnceEach(t, ids)
+	provider.RequireOnceEach(t, ids)
 	b.requireAllDone(t, "payments", len(ids))
 	require.Empty(t, b.logs.find("lease write failed"))
 }
@@ -93,7 +94,7 @@ func TestTransactionMode_UnderEveryIsolationLevelEachEffectLandsOnce(t *testing.
 			require.NoError(t, err)
 			t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + effects) })
 
-			db := openVia(t, testDriver(), withIsolation(level))
+			db := openVia(t, testDriver, withIsolation(level))
 			ib, err := inbox.New(db, inbox.WithTable(b.table), inbox.WithConsumer("ledger"))
 			require.NoError(t, err)
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -109,8 +110,8 @@ func TestTransactionMode_UnderEveryIsolationLevelEachEffectLandsOnce(t *testing.
 				return nil, err
 			})
 
-			ids := eventIDs("evt", 60)
-			errs := deliverCopies(t, h, ids, 3)
+			ids := inboxtest.EventIDs("evt", 60)
+			errs := inboxtest.DeliverCopies(t, h, ids, 3)
 			codes := map[string]int{}
 			for _, err := range errs {
 				codes[sqlStateOf(err)]++

@@ -153,7 +153,7 @@ func paymentProcess(t *testing.T, b *testBundle, topic, providerURL string) *exe
 func runPaymentProcess() int {
 	topic, table, providerURL := os.Getenv("INBOX_TEST_TOPIC"), os.Getenv("INBOX_TEST_TABLE"), os.Getenv("INBOX_TEST_PROVIDER")
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "payment process:", err); return 1 }
-	db, err := sql.Open(testDriver(), testDSN())
+	db, err := sql.Open(testDriver, testDSN())
 	if err != nil {
 		return fail(err)
 	}

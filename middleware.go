@@ -18,7 +18,7 @@ import (
 //  0. Once, before the first message: check the inbox table (creating it unless WithAutoMigrate(false)) and learn
 //     the type of its IDs. A schema or configuration fault holds every message back for the reject delay.
 //  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay.
-//  2. Begin a transaction, or join the one watermill-sql's subscriber carries.
+//  2. Begin a transaction, or join the one watermill-sql's subscriber carries (through the Database's joiners).
 //  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
 //     messages h produced the first time so the router sends them again.
 //  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it. The messages h

@@ -21,6 +21,9 @@ func (i *Inbox) ready(msg *message.Message) error {
 	ctx := msg.Context()
 	err := i.checkHandlerName(msg)
 	if err == nil {
+		err = i.checkSubscriberTx(msg)
+	}
+	if err == nil {
 		_, err = i.schemaReady(ctx)
 	}
 	if err == nil {

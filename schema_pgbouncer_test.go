@@ -11,11 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestMiddleware_TheOneLineWorksBehindPgBouncerInTransactionMode(t *testing.T) {
 	t.Parallel()
-	dsn := startPgbouncer(t)
+	dsn := inboxtest.StartPgbouncer(t, testDSN(), "postgres")
 	db, err := sql.Open("postgres", dsn) // lib/pq with its defaults: unnamed statements, two round trips each
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })

@@ -16,7 +16,6 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	_ "github.com/jackc/pgx/v4/stdlib"
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
@@ -31,21 +30,16 @@ func testDSN() string {
 	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
 }
 
-// testDriver is the database/sql driver the tests use: lib/pq ("postgres"), or pgx's ("pgx") when
-// INBOX_TEST_DRIVER says so, to show the inbox depends on no one driver.
-func testDriver() string {
-	if d := os.Getenv("INBOX_TEST_DRIVER"); d != "" {
-		return d
-	}
-	return "postgres"
-}
+// testDriver is the database/sql driver the tests in this package use: lib/pq. The pgxinbox module runs the same
+// behaviour suite, and the tests behind pgbouncer, with pgx's database/sql driver and with pgx itself.
+const testDriver = "postgres"
 
 // openDB connects to the test database and fails the test, loudly, when it cannot: these tests prove behaviour
 // against the real PostgreSQL and mean nothing without it.
 func openDB(t testing.TB) *sql.DB {
 	t.Helper()
 	needsDB(t)
-	db, err := sql.Open(testDriver(), testDSN())
+	db, err := sql.Open(testDriver, testDSN())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -92,7 +86,7 @@ func leaveOutExamplesWhenShort() {
 // (see leaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
 // that its output does not match and go test fails loudly.
 func exampleDB() (db *sql.DB, table string, drop func(), err error) {
-	db, err = sql.Open(testDriver(), testDSN())
+	db, err = sql.Open(testDriver, testDSN())
 	if err != nil {
 		return nil, "", nil, err
 	}

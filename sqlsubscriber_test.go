@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
 )
 
 func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
@@ -24,7 +25,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		pub := newSQLPublisher(t, b.db)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+		router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
 		var calls, sameTx atomic.Int64
 		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			ours, _ := inbox.TxFromContext(msg.Context())
@@ -51,7 +52,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		topic := newSQLTopic(t, b.db)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		var calls atomic.Int64
 		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			if _, err := b.credit(100, &calls)(msg); err != nil {
@@ -79,7 +80,7 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 	topic := newSQLTopic(t, b.db)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table)))
 	var calls atomic.Int64
 	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 		if calls.Add(1) == 1 {
@@ -105,7 +106,7 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			t.Parallel()
 			b := newBundle(t)
 			topic := newSQLTopic(t, b.db)
-			mw := inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithSubscriberTx(join))
+			mw := sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithSubscriberTx(join))
 
 			first, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 			require.NoError(t, err)
@@ -133,6 +134,49 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), noPublish(b.credit(100, nil)))
 			runRouter(t, second)
 			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+			require.Equal(t, 100, b.balance(t))
+		})
+	}
+}
+
+// TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind: the root package does not join
+// watermill-sql's subscriber by itself (sqlv3inbox does). A message that carries that subscriber's transaction
+// through an inbox that cannot join it is held back with ErrInvalidOption, never applied in a second transaction
+// the user did not choose; WithSubscriberTx(false) is that choice, and then the message is applied once.
+func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]inbox.Option{
+		"NoJoiner":             nil,
+		"OwnTransactionChosen": {inbox.WithSubscriberTx(false)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			topic := newSQLTopic(t, b.db)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			router.AddMiddleware(inbox.Middleware(b.db, append([]inbox.Option{inbox.WithTable(b.table),
+				inbox.WithLogger(b.logs), inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...))
+			var calls atomic.Int64
+			router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
+				_, err := b.credit(100, &calls)(msg)
+				return err
+			})
+			runRouter(t, router)
+
+			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
+			if opts == nil {
+				require.Eventually(t, func() bool { return len(b.logs.find("cannot apply messages")) >= 3 },
+					10*time.Second, 10*time.Millisecond)
+				require.Zero(t, calls.Load(), "the handler must not run outside the transaction the message carries")
+				require.Zero(t, b.rows(t, "wallet-credits"))
+				logged := b.logs.find("cannot apply messages")[0]
+				require.ErrorIs(t, logged.err, inbox.ErrInvalidOption)
+				require.ErrorContains(t, logged.err, "sqlv3inbox")
+				return
+			}
+			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.EqualValues(t, 1, calls.Load())
 			require.Equal(t, 100, b.balance(t))
 		})
 	}

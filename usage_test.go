@@ -1,9 +1,11 @@
 package inbox_test
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,15 +55,24 @@ func TestOneLineUsageCompilesInAFreshModuleAndStaysLean(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(freshModuleMain), 0o644))
 
 	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command must be on PATH")
+	require.NoError(t, err, "go must be on PATH")
+	// An empty module cache of the user's own: after tidy and build it holds exactly what they made the go command
+	// fetch. Modules come from this machine's cache first (file proxy), then from the usual proxy.
+	modCache := filepath.Join(t.TempDir(), "modcache")
+	proxy := "file://" + filepath.Join(goEnv(t, goBin, "GOMODCACHE"), "cache", "download") + "," + goEnv(t, goBin, "GOPROXY")
 	run := func(args ...string) string {
 		cmd := exec.Command(goBin, args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off")
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOMODCACHE="+modCache, "GOPROXY="+proxy)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go %v:\n%s", args, out)
 		return string(out)
 	}
+	t.Cleanup(func() {
+		cmd := exec.Command(goBin, "clean", "-modcache")
+		cmd.Env = append(os.Environ(), "GOMODCACHE="+modCache)
+		_ = cmd.Run()
+	})
 	run("mod", "tidy")
 	run("build", "-o", filepath.Join(dir, "wallet"), ".")
 
@@ -75,4 +86,32 @@ func TestOneLineUsageCompilesInAFreshModuleAndStaysLean(t *testing.T) {
 	for _, seam := range []string{"github.com/effectively-once/watermill-inbox/driver", "github.com/effectively-once/watermill-inbox/dialect"} {
 		require.Contains(t, deps, seam, "the list must be the real one")
 	}
+
+	// Nor are their sources downloaded: go mod tidy also loads the tests of every package the program imports,
+	// and the root package's imports and tests keep clear of pgx and MySQL, so of those modules the user's cache
+	// holds at most go.mod files (the module graph's requirements), never their code.
+	var sources []string
+	downloads := filepath.Join(modCache, "cache", "download")
+	require.NoError(t, filepath.WalkDir(downloads, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, ".zip") {
+			rel, _ := filepath.Rel(downloads, path)
+			sources = append(sources, rel)
+		}
+		return err
+	}))
+	require.NotEmpty(t, sources, "the walk must see the cache tidy filled")
+	t.Logf("module sources a user's go mod tidy and build download:\n%s", strings.Join(sources, "\n"))
+	for _, heavy := range []string{"github.com/jackc/pgx", "github.com/jackc/puddle", "github.com/go-sql-driver/mysql"} {
+		for _, src := range sources {
+			require.NotContains(t, src, heavy, "tidy downloaded the code of %s", heavy)
+		}
+	}
+}
+
+// goEnv returns the go command's setting of name.
+func goEnv(t testing.TB, goBin, name string) string {
+	t.Helper()
+	out, err := exec.Command(goBin, "env", name).Output()
+	require.NoError(t, err, "go env %s", name)
+	return strings.TrimSpace(string(out))
 }

@@ -20,6 +20,7 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
+	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
 )
 
 // transportConsumerConfig is the command line of `harness consume-transport`: one consumer process of one cell of
@@ -110,7 +111,7 @@ func consumeTransport(c transportConsumerConfig) error {
 	h.AddMiddleware(cons.report)
 	if c.Variant == inboxVariant {
 		// The inbox joins the subscriber transaction of watermill-sql v3 or v4, whichever the message carries.
-		d := inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner(), pgxinbox.SQLv4Joiner())
+		d := inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner(), pgxinbox.SQLv4Joiner())
 		ib, err := d.New(inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
 		if err != nil {
 			return err

@@ -17,7 +17,6 @@ require (
 )
 
 require (
-	github.com/ThreeDotsLabs/watermill-sql/v3 v3.1.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect

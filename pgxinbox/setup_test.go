@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -165,3 +166,20 @@ type (
 	recordingLogger    = inboxtest.RecordingLogger
 	recordingPublisher = inboxtest.RecordingPublisher
 )
+
+// openStdlib connects to dsn through pgx v5's database/sql driver and fails the test, loudly, when it cannot.
+func openStdlib(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	needsDB(t)
+	db, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		t.Fatalf("PostgreSQL is not reachable at %s through pgx's database/sql driver (set INBOX_TEST_DATABASE_URL): %v", dsn, err)
+	}
+	db.SetMaxOpenConns(10)
+	t.Cleanup(func() { db.Close() })
+	return db
+}

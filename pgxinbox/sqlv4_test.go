@@ -310,3 +310,36 @@ func subscriberTxEnded(t *testing.T, b *testBundle) bool {
 		`SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND mode = 'RowExclusiveLock'`, b.accounts).Scan(&n))
 	return n == 0
 }
+
+// TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack: an inbox whose Database has no v4 joiner (inbox.On with none, as
+// the package-level functions build it) does not apply a message that carries v4's transaction in a second one
+// behind the user's back; it holds it back with ErrInvalidOption, and nothing is written. The check recognises
+// both of v4's adapters.
+func TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack(t *testing.T) {
+	t.Parallel()
+	for name, a := range v4Adapters {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := v4Bundle(t)
+			topic := newV4Topic(t, b)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			unjoined := inbox.On(driver.StdSQL(b.sqlDB)) // no joiner
+			if name == "Pgx" {
+				unjoined = inbox.On(pgxinbox.Pool(b.pool))
+			}
+			ib, err := unjoined.New(b.options(inbox.WithRejectDelay(10 * time.Millisecond))...)
+			require.NoError(t, err)
+			router.AddMiddleware(ib.Middleware)
+			var calls atomic.Int64
+			router.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, a, b, "wallet"), b.creditV4(100, &calls))
+			runV4Router(t, router)
+
+			publishV4(t, b, topic, newMsg("evt-1"))
+			require.Eventually(t, func() bool { return b.logs.Count("cannot apply messages") >= 3 }, 10*time.Second, 10*time.Millisecond)
+			require.Zero(t, calls.Load(), "the handler must not run outside the transaction the message carries")
+			require.Zero(t, b.rows(t, "wallet-credits"))
+			require.Zero(t, b.balance(t))
+		})
+	}
+}

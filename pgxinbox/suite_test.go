@@ -37,3 +37,12 @@ func (c pgxConn) ExecInHandler(ctx context.Context, query string, args ...any) e
 	_, err := tx.Exec(ctx, query, args...)
 	return err
 }
+
+// TestSuite_PgxStdlib runs the behaviour suite over database/sql with pgx v5's driver.
+func TestSuite_PgxStdlib(t *testing.T) {
+	t.Parallel()
+	inboxtest.Run(t, inboxtest.HarnessFunc(func(t testing.TB) inboxtest.Conn {
+		db := openStdlib(t, testDSN())
+		return inboxtest.StdSQL(db, inbox.On(driver.StdSQL(db)), inboxtest.PostgreSQL)
+	}))
+}

@@ -1,0 +1,88 @@
+package inboxtest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// DeliverCopies hands copies of each event to h at once, from as many goroutines, as a broker redelivering them
+// to several consumers would. A copy that fails is delivered again, as after a nack, until h accepts it. It
+// returns the errors other than ErrLeaseHeld, which is the nack lease mode is built on.
+func DeliverCopies(t testing.TB, h message.HandlerFunc, ids []string, copies int) []error {
+	t.Helper()
+	var mu sync.Mutex
+	var unexpected []error
+	deadline := time.Now().Add(90 * time.Second)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		for range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					_, err := h(NewMessage(id))
+					if err == nil {
+						return
+					}
+					if !errors.Is(err, inbox.ErrLeaseHeld) {
+						mu.Lock()
+						unexpected = append(unexpected, fmt.Errorf("%s: %w", id, err))
+						mu.Unlock()
+					}
+				}
+				mu.Lock()
+				unexpected = append(unexpected, fmt.Errorf("%s: still not accepted after 90s", id))
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	return unexpected
+}
+
+// EventIDs returns n event IDs with prefix.
+func EventIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return ids
+}
+
+// CallCounter counts an external call per event.
+type CallCounter struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+// Call counts a call for id.
+func (c *CallCounter) Call(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[id]++
+}
+
+// RequireOnceEach fails unless every one of ids was called exactly once.
+func (c *CallCounter) RequireOnceEach(t testing.TB, ids []string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var wrong []string
+	for _, id := range ids {
+		if c.calls[id] != 1 {
+			wrong = append(wrong, fmt.Sprintf("%s called %d times", id, c.calls[id]))
+		}
+	}
+	require.Empty(t, wrong, "every event's external call happens exactly once")
+}

@@ -1,0 +1,29 @@
+package mysqlinbox_test
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/mysqlinbox"
+)
+
+// The README's MySQL snippet, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
+// The function is compiled, never called.
+func readmeMySQL(ctx context.Context, router *message.Router, sub message.Subscriber, amount, id int) error {
+	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true") // parseTime=true is required
+	if err := mysqlinbox.Database(db).Migrate(ctx); err != nil {
+		return err
+	}
+	router.AddMiddleware(mysqlinbox.Middleware(db)) // or mysqlinbox.New(db, opts...) for the error
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
+		tx, _ := inbox.TxFromContext(msg.Context())
+		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + ? WHERE id = ?", amount, id)
+		return err
+	})
+	return nil
+}
+
+var _ = readmeMySQL

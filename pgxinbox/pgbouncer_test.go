@@ -1,0 +1,104 @@
+package pgxinbox_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
+)
+
+// Behind pgbouncer in transaction pooling mode, pgx works once it stops reusing prepared statements across
+// transactions (default_query_exec_mode=cache_describe), natively and through its database/sql driver, in both
+// modes; at its defaults it fails loudly, with the setting to change named in the error.
+
+// proxiedDatabases returns the inbox's Database behind the pooler at dsn, natively and through database/sql.
+func proxiedDatabases(t *testing.T, dsn string, mode pgx.QueryExecMode) map[string]*inbox.Database {
+	t.Helper()
+	setting := map[pgx.QueryExecMode]string{ // the DSN's spelling of the mode
+		pgx.QueryExecModeCacheStatement: "cache_statement",
+		pgx.QueryExecModeCacheDescribe:  "cache_describe",
+	}[mode]
+	require.NotEmpty(t, setting, "a mode this test knows how to spell")
+	db := openStdlib(t, dsn+"&default_query_exec_mode="+setting)
+	return map[string]*inbox.Database{
+		"native": pgxinbox.Database(openPoolIn(t, dsn, mode)),
+		"stdlib": inbox.On(driver.StdSQL(db)),
+	}
+}
+
+func TestPgbouncer_WithCacheDescribeEveryEffectLandsOnce(t *testing.T) {
+	t.Parallel()
+	dsn := inboxtest.StartPgbouncer(t, testDSN(), "pgx")
+	for name, database := range proxiedDatabases(t, dsn, pgx.QueryExecModeCacheDescribe) {
+		for mode, opts := range map[string][]inbox.Option{
+			"transaction": nil,
+			"lease":       {inbox.WithLease(10 * time.Second)},
+		} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				b := newBundle(t)
+				ib, err := database.New(b.options(opts...)...)
+				require.NoError(t, err)
+				calls := &inboxtest.CallCounter{}
+				ids := inboxtest.EventIDs("evt", 30)
+				errs := inboxtest.DeliverCopies(t, ib.Middleware(b.creditAnyTx(calls)), ids, 3)
+				require.Empty(t, errs)
+				calls.RequireOnceEach(t, ids)
+				if mode == "transaction" {
+					require.Equal(t, len(ids), b.balance(t), "each effect on the transaction committed once")
+				}
+				require.Equal(t, len(ids), b.rows(t, "wallet-credits"))
+			})
+		}
+	}
+}
+
+func TestPgbouncer_AtPgxsDefaultsTheErrorNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	dsn := inboxtest.StartPgbouncer(t, testDSN(), "pgx")
+	for name, database := range proxiedDatabases(t, dsn, pgx.QueryExecModeCacheStatement) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			ib, err := database.New(b.options(inbox.WithAutoMigrate(false))...)
+			require.NoError(t, err)
+			h := ib.Middleware(b.creditAnyTx(&inboxtest.CallCounter{}))
+			var failure error
+			for n := 0; n < 8*inboxtest.PgbouncerPoolSize && failure == nil; n++ {
+				msg := newMsg(fmt.Sprintf("evt-%d", n))
+				msg.SetContext(context.Background())
+				_, failure = h(msg)
+			}
+			require.Error(t, failure, "pgx's statement cache meets a server connection it did not prepare on")
+			require.ErrorContains(t, failure, "default_query_exec_mode=cache_describe")
+		})
+	}
+}
+
+// creditAnyTx counts each event's calls and credits account 1 on the transaction the inbox gives, pgx's or
+// database/sql's; in lease mode there is none, and it only counts.
+func (b *testBundle) creditAnyTx(calls *inboxtest.CallCounter) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		calls.Call(msg.Metadata.Get("event_id"))
+		const credit = `UPDATE %s SET balance = balance + 1 WHERE id = 1`
+		if tx, ok := pgxinbox.TxFromContext(ctx); ok {
+			_, err := tx.Exec(ctx, fmt.Sprintf(credit, b.accounts))
+			return nil, err
+		}
+		if tx, ok := inbox.TxFromContext(ctx); ok {
+			_, err := tx.ExecContext(ctx, fmt.Sprintf(credit, b.accounts))
+			return nil, err
+		}
+		return nil, nil
+	}
+}

@@ -1,0 +1,22 @@
+package prommetrics_test
+
+import (
+	"database/sql"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/prommetrics"
+)
+
+// The README's metrics snippet, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
+// The function is compiled, never called.
+func readmeMetrics(router *message.Router, db *sql.DB, registry *prometheus.Registry) error {
+	obs, err := prommetrics.NewObserver(registry)
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithObserver(obs)))
+	err = prommetrics.RegisterOldestRowAge(registry, db, prommetrics.DefaultQueryTimeout) // how far back each consumer remembers
+	return err
+}
+
+var _ = readmeMetrics
