@@ -14,6 +14,9 @@ import (
 // The function is compiled, never called.
 func readmeMetrics(router *message.Router, db *sql.DB, registry *prometheus.Registry) error {
 	obs, err := prommetrics.NewObserver(registry)
+	if err != nil {
+		return err
+	}
 	router.AddMiddleware(inbox.Middleware(db, inbox.WithObserver(obs)))
 	err = prommetrics.RegisterOldestRowAge(registry, db, prommetrics.DefaultQueryTimeout) // how far back each consumer remembers
 	return err
