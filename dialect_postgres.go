@@ -20,11 +20,13 @@ var Postgres dialect.Dialect = &postgres{}
 
 type postgres struct {
 	queries sync.Map // table name -> *pgQueries
+	batches sync.Map // batchKey -> string: the batch claim of one table and size
 }
 
 // pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
 type pgQueries struct {
 	claimSQL    string
+	unclaimSQL  string
 	producedSQL string
 	saveSQL     string
 	finishSQL   string
@@ -118,6 +120,10 @@ func newPGQueries(table string) *pgQueries {
 		claimSQL: q(`INSERT INTO {table} (consumer, message_id, state) VALUES ($1, $2, $3)
 			ON CONFLICT (consumer, message_id) DO NOTHING
 			RETURNING true`),
+
+		// Runs only in batch mode, for a message whose handler failed, on the row the batch claimed for it and has
+		// not committed: the other messages of the batch commit, and its redelivery must find no row.
+		unclaimSQL: q(`DELETE FROM {table} WHERE consumer = $1 AND message_id = $2`),
 
 		// Runs only on a duplicate, which is rare, so the claim above stays one statement. A new statement takes a
 		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing. The state
@@ -377,6 +383,58 @@ func (*postgres) JoinsSubscriberTx() bool { return true }
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
 	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).claimSQL, p.Consumer, p.ID, p.State))
+}
+
+// batchKey names the batch claim of one table for one number of IDs.
+type batchKey struct {
+	table string
+	n     int
+}
+
+// ClaimBatch is the claim above for many IDs in one statement: one round trip and one index descent per ID
+// instead of one statement each. The IDs arrive sorted, and the rows are inserted in the order of the VALUES
+// list, so two batches that share IDs take their locks in one order. Each ID is its own parameter, so that the
+// statement is the same for every driver (no array types); its text is built once per table and size.
+// RETURNING spells the IDs as text, which for a uuid column is the canonical form the inbox already uses.
+func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialect.ClaimBatchParams) ([]string, error) {
+	key := batchKey{p.Table, len(p.IDs)}
+	query, ok := pg.batches.Load(key)
+	if !ok {
+		var b strings.Builder
+		b.WriteString("INSERT INTO " + p.Table + " (consumer, message_id, state) VALUES ")
+		for n := range p.IDs {
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "($1, $%d, $2)", n+3)
+		}
+		b.WriteString(" ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id::text")
+		query, _ = pg.batches.LoadOrStore(key, b.String())
+	}
+	args := make([]any, 0, len(p.IDs)+2)
+	args = append(args, p.Consumer, p.State)
+	for _, id := range p.IDs {
+		args = append(args, id)
+	}
+	rows, err := tx.Query(ctx, query.(string), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	claimed := make([]string, 0, len(p.IDs))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		claimed = append(claimed, id)
+	}
+	return claimed, rows.Err()
+}
+
+func (pg *postgres) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
+	_, err := tx.Exec(ctx, pg.sql(p.Table).unclaimSQL, p.Consumer, p.ID)
+	return err
 }
 
 func (pg *postgres) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {

@@ -18,6 +18,7 @@ type Inbox struct {
 	store         *store
 	readiness     readiness
 	subscriberTxs subscriberTxs
+	batchQueues   batchQueues
 }
 
 // New checks the options and returns an Inbox over db. It does not touch the database. Its first message checks

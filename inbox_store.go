@@ -30,6 +30,24 @@ func (s *store) claim(ctx context.Context, tx driver.Tx, consumer, id, state str
 	return claimed, nil
 }
 
+// claimBatch claims the sorted, distinct ids of consumer in tx, in one statement where the dialect can, and returns
+// the ones tx now owns.
+func (s *store) claimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
+	claimed, err := s.d.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: s.table, Consumer: consumer, IDs: ids, State: stateDone})
+	if err != nil {
+		return nil, s.wrap("batch claim", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
+	}
+	return claimed, nil
+}
+
+// unclaim deletes the row tx claimed for (consumer, id) and has not committed.
+func (s *store) unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
+	if err := s.d.Unclaim(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ID: id}); err != nil {
+		return s.wrap("give back claim", consumer, id, err)
+	}
+	return nil
+}
+
 // produced returns the state of (consumer, id) and the messages the handler produced when it applied it, if any
 // were stored.
 func (s *store) produced(ctx context.Context, q driver.Executor, consumer, id string) (state string, msgs []*message.Message, err error) {

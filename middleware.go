@@ -18,7 +18,8 @@ import (
 //  0. Once, before the first message: check the inbox table (creating it unless WithAutoMigrate(false)) and learn
 //     the type of its IDs. A schema or configuration fault holds every message back for the reject delay.
 //  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay.
-//  2. Begin a transaction, or join the one watermill-sql's subscriber carries (through the Database's joiners).
+//  2. Begin a transaction, or join the one watermill-sql's subscriber carries (through the Database's joiners), or,
+//     in batch mode, share one with the messages in flight beside it (batch.go).
 //  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
 //     messages h produced the first time so the router sends them again.
 //  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it. The messages h
@@ -44,38 +45,46 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if tx, ok := i.db.joined(ctx); ok && i.cfg.subscriberTx {
 			return i.applyInSubscriberTx(tx, msg, consumer, id, h) // commits on the subscriber's ack
 		}
-		ob := i.observe(msg, consumer, id, ModeTransaction)
+		if i.cfg.batchSize > 0 {
+			return i.applyBatched(msg, consumer, id, h) // one transaction shared with concurrent messages
+		}
+		return i.applyOwn(msg, consumer, id, h)
+	}
+}
 
-		tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
+// applyOwn applies msg in a transaction of its own: begin, claim, run h, commit.
+func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+	ctx := msg.Context()
+	ob := i.observe(msg, consumer, id, ModeTransaction)
+	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
+	}
+	ended := false
+	rollback := func() {
+		if !ended {
+			ended = true
+			i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
 		}
-		ended := false
-		rollback := func() {
-			if !ended {
-				ended = true
-				i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
-			}
-		}
-		defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
-		produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
-		if err != nil || skipped {
-			rollback() // before any wait of settle's, so the claim's lock is not held through it
-			err = i.settle(msg, consumer, err)
-			ob.finish(err)
-			return produced, err
-		}
-		start := time.Now()
-		err = tx.Commit(ctx)
-		ended = true
-		ob.commitDone(start, err)
-		if err != nil {
-			err = fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
-			produced = nil
-		}
+	}
+	defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
+	produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
+	if err != nil || skipped {
+		rollback() // before any wait of settle's, so the claim's lock is not held through it
+		err = i.settle(msg, consumer, err)
 		ob.finish(err)
 		return produced, err
 	}
+	start := time.Now()
+	err = tx.Commit(ctx)
+	ended = true
+	ob.commitDone(start, err)
+	if err != nil {
+		err = fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
+		produced = nil
+	}
+	ob.finish(err)
+	return produced, err
 }
 
 // apply claims (consumer, id) in tx, as state, and runs h if the claim is new. skipped reports that h did not run

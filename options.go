@@ -75,6 +75,10 @@ type config struct {
 	maxAttempts     int
 	idType          IDType
 	autoMigrate     bool
+	batchSize       int           // 0: batch mode off
+	batchWait       time.Duration // how long a batch waits to fill while others run
+	batchRunning    int           // batches in flight at once
+	batchSet        bool
 
 	// Whether the option was given, for the options whose zero value is also a choice.
 	consumerSet    bool
@@ -91,6 +95,35 @@ type config struct {
 func WithConsumer(name string) Option {
 	return func(c *config) { c.consumer, c.consumerSet = name, true }
 }
+
+// MaxBatchSize is the most messages WithBatch lets share one transaction. Each runs in a savepoint, a
+// subtransaction, and PostgreSQL keeps the first 64 of a transaction in a per-backend cache; past that every
+// snapshot in the database has to look them up elsewhere, which slows every session, not only the inbox's.
+const MaxBatchSize = 64
+
+// DefaultBatchConcurrency is how many batches of one consumer run at once unless WithBatchConcurrency says
+// otherwise: each holds a connection of the pool for its transaction.
+const DefaultBatchConcurrency = 4
+
+// WithBatch turns on batch mode (group commit) in transaction mode: handler calls that are in flight at the same
+// time (several partitions, an AMQP prefetch, a NATS ack window, a GoChannel) share one transaction of up to
+// maxSize messages (1 to MaxBatchSize). Their IDs are claimed in one statement; each handler runs in a savepoint of
+// its own, so a failing or panicking handler rolls back only its effect and its claim, and only its message is
+// nacked; the batch commits once, and then every other handler call returns and the router acks. A message never
+// waits when no batch is running; while batches run, a new one waits up to maxWait (0 or more) to fill.
+//
+// The transaction is one connection, so handlers take it one at a time: TxFromContext (and pgxinbox's) waits for
+// it and holds it until the handler returns. Call it when the handler is ready to write, after any slow work
+// outside the database, so that that work overlaps; a handler that holds the transaction while it calls out holds
+// up the whole batch. Duplicates, messages joined to watermill-sql's subscriber and lease mode run as without
+// batching; lease mode refuses this option.
+func WithBatch(maxWait time.Duration, maxSize int) Option {
+	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
+}
+
+// WithBatchConcurrency lets n batches of one consumer run at once instead of DefaultBatchConcurrency (4). More
+// batches are smaller ones; each holds one of the pool's connections while it runs.
+func WithBatchConcurrency(n int) Option { return func(c *config) { c.batchRunning = n } }
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").
 func WithIDMetadataKey(key string) Option { return func(c *config) { c.idKey = key } }
@@ -186,6 +219,7 @@ func newConfig(opts []Option) (config, error) {
 		subscriberTx: true,
 		idType:       IDTypeText,
 		autoMigrate:  true,
+		batchRunning: DefaultBatchConcurrency,
 	}
 	for n, opt := range opts {
 		if opt == nil {
@@ -230,6 +264,14 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithMaxAttempts: attempts are counted in lease mode only; add WithLease", ErrInvalidOption)
 	case c.lease > 0 && c.maxAttempts < 1:
 		return fmt.Errorf("%w: WithMaxAttempts(%d): want at least 1", ErrInvalidOption, c.maxAttempts)
+	case c.batchSet && (c.batchSize < 1 || c.batchSize > MaxBatchSize):
+		return fmt.Errorf("%w: WithBatch(%s, %d): want a size of 1 to %d", ErrInvalidOption, c.batchWait, c.batchSize, MaxBatchSize)
+	case c.batchSet && c.batchWait < 0:
+		return fmt.Errorf("%w: WithBatch(%s, %d): want a wait of 0 or more", ErrInvalidOption, c.batchWait, c.batchSize)
+	case c.batchSet && c.lease > 0:
+		return fmt.Errorf("%w: WithBatch: lease mode runs each message alone; leave out WithBatch or WithLease", ErrInvalidOption)
+	case c.batchRunning < 1:
+		return fmt.Errorf("%w: WithBatchConcurrency(%d): want at least 1", ErrInvalidOption, c.batchRunning)
 	case c.rejectDelay <= 0:
 		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
 	}

@@ -33,6 +33,13 @@ type Dialect interface {
 	// Claim inserts the row of (Consumer, ID) in State, and reports whether the transaction now owns it; false
 	// means the row was there, and the transaction did not take it.
 	Claim(ctx context.Context, tx driver.Executor, p ClaimParams) (claimed bool, err error)
+	// ClaimBatch inserts, in State, the rows of Consumer and each of IDs (sorted and distinct, so that two batches
+	// that share IDs lock them in the same order and never deadlock), in one statement where the database allows,
+	// and returns the IDs whose rows the transaction now owns, spelled as IDs (a uuid column's canonical text).
+	ClaimBatch(ctx context.Context, tx driver.Executor, p ClaimBatchParams) (claimed []string, err error)
+	// Unclaim deletes a row the transaction claimed and has not committed: in a batch, a message whose handler
+	// failed gives its claim back while the others commit theirs.
+	Unclaim(ctx context.Context, tx driver.Executor, p RowParams) error
 	// ReadRow returns a row's state and the produced messages stored with it (nil for none); driver.ErrNoRows
 	// when there is no row.
 	ReadRow(ctx context.Context, q driver.Executor, p RowParams) (state string, produced []byte, err error)
@@ -134,6 +141,14 @@ const (
 type ClaimParams struct {
 	Table, Consumer, ID string
 	// State is "done" in a transaction the inbox commits, "applying" in one it does not.
+	State string
+}
+
+// ClaimBatchParams are the inputs of ClaimBatch.
+type ClaimBatchParams struct {
+	Table, Consumer string
+	IDs             []string // sorted, distinct
+	// State is "done": a batch is always in a transaction the inbox commits.
 	State string
 }
 

@@ -110,8 +110,40 @@ func (*mysqlDialect) Finish(context.Context, driver.Executor, dialect.ProducedPa
 	return false, errNoJoin
 }
 
-func (*mysqlDialect) Savepoint(context.Context, driver.Executor, dialect.SavepointStep) error {
-	return errNoJoin
+// Savepoint serves batch mode, whose messages each run in a savepoint of the batch's transaction; InnoDB keeps
+// savepoints as PostgreSQL does. (The joined subscriber transaction, the other user, is refused at construction.)
+func (*mysqlDialect) Savepoint(ctx context.Context, tx driver.Executor, step dialect.SavepointStep) error {
+	query := "SAVEPOINT watermill_inbox_claim"
+	switch step {
+	case dialect.RollbackSavepoint:
+		query = "ROLLBACK TO SAVEPOINT watermill_inbox_claim"
+	case dialect.ReleaseSavepoint:
+		query = "RELEASE SAVEPOINT watermill_inbox_claim"
+	}
+	_, err := tx.Exec(ctx, query)
+	return err
+}
+
+// ClaimBatch claims the IDs one statement each, in their sorted order: MySQL has no RETURNING to tell which rows
+// of a multi-row INSERT IGNORE were new. A batch still saves every commit but one. A duplicate key fails only its
+// own statement in InnoDB, not the transaction.
+func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dialect.ClaimBatchParams) ([]string, error) {
+	claimed := make([]string, 0, len(p.IDs))
+	for _, id := range p.IDs {
+		ok, err := m.Claim(ctx, tx, dialect.ClaimParams{Table: p.Table, Consumer: p.Consumer, ID: id, State: p.State})
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			claimed = append(claimed, id)
+		}
+	}
+	return claimed, nil
+}
+
+func (m *mysqlDialect) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
+	_, err := tx.Exec(ctx, m.sql(p.Table).forgetRow, p.Consumer, p.ID)
+	return err
 }
 
 func (m *mysqlDialect) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {

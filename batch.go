@@ -1,0 +1,410 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Batch mode (WithBatch) is group commit. Messages of one consumer whose handler calls are in flight together
+// share one transaction: one statement claims all their IDs, each handler runs in a savepoint of its own, and one
+// commit makes them all durable before any of them is acked. The path of one message:
+//
+//  1. Join the consumer's queue. A batch begins at once when none is running; otherwise when one of the
+//     WithBatchConcurrency slots frees, after waiting up to the batch wait for the batch to fill.
+//  2. The batch begins its transaction and claims its IDs, sorted (batches sharing IDs lock them in one order).
+//     A message whose ID was there already (a duplicate, or a row lease mode holds) leaves the batch and goes
+//     the way of a message without batching, as does every message of a batch whose claim failed.
+//  3. Run the handler. Its first use of the transaction waits for the connection, which one handler holds at a
+//     time, and sets its savepoint; it holds the connection until it returns. Work before that overlaps.
+//  4. On success, store the produced messages and release the savepoint; on an error or a panic, roll back to it
+//     and give the claim back, so that only this message is nacked, at once.
+//  5. When every handler has finished, commit once; the handlers that succeeded return, and the router acks.
+//     A commit that fails nacks them all, and nothing of the batch is applied.
+
+// applyBatched applies msg in the batch that claims it, or alone when none does.
+func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+	m := &member{msg: msg, id: id, h: h, ob: i.observe(msg, consumer, id, ModeTransaction),
+		turn: make(chan *batch, 1), outcome: make(chan commitOutcome, 1)}
+	m.ob.claiming()
+	i.queueOf(consumer).add(m)
+	if b := <-m.turn; b != nil {
+		return b.apply(m)
+	}
+	return i.applyOwn(msg, consumer, id, h)
+}
+
+// member is one message's part in a batch.
+type member struct {
+	msg     *message.Message
+	id      string
+	h       message.HandlerFunc
+	ob      *observed
+	turn    chan *batch        // the batch that claimed the message, or nil: it goes on alone
+	outcome chan commitOutcome // the batch's commit, for a member whose handler succeeded
+}
+
+// commitOutcome is how a batch's commit ended.
+type commitOutcome struct {
+	start time.Time
+	err   error
+}
+
+// batchQueues holds one queue per consumer: a batch claims the IDs of one consumer.
+type batchQueues struct{ m sync.Map } // consumer name -> *batchQueue
+
+func (i *Inbox) queueOf(consumer string) *batchQueue {
+	if q, ok := i.batchQueues.m.Load(consumer); ok {
+		return q.(*batchQueue)
+	}
+	q, _ := i.batchQueues.m.LoadOrStore(consumer, &batchQueue{i: i, consumer: consumer})
+	return q.(*batchQueue)
+}
+
+// batchQueue forms the batches of one consumer from the messages that wait for one.
+type batchQueue struct {
+	i        *Inbox
+	consumer string
+
+	mu      sync.Mutex
+	pending []*member // in no batch yet, oldest first
+	running int       // batches begun and not ended
+	timer   *time.Timer
+	timerN  int  // which arming of the timer is current, so that a stale firing does nothing
+	waited  bool // the current wait to fill a batch is over
+}
+
+func (q *batchQueue) add(m *member) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = append(q.pending, m)
+	q.startReady()
+}
+
+// startReady begins batches while messages wait and a slot is free. A message never waits when no batch runs;
+// while some run, a batch that is not full waits for the batch wait to pass. Called with mu held.
+func (q *batchQueue) startReady() {
+	size, wait := q.i.cfg.batchSize, q.i.cfg.batchWait
+	for len(q.pending) > 0 && q.running < q.i.cfg.batchRunning {
+		if q.running > 0 && len(q.pending) < size && wait > 0 && !q.waited {
+			if q.timer == nil {
+				q.timerN++
+				n := q.timerN
+				q.timer = time.AfterFunc(wait, func() { q.fill(n) })
+			}
+			return
+		}
+		if q.timer != nil {
+			q.timer.Stop()
+			q.timer = nil
+		}
+		q.waited = false
+		q.running++
+		go q.run(q.take(size))
+	}
+}
+
+// fill ends the wait to fill a batch.
+func (q *batchQueue) fill(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n != q.timerN || q.timer == nil {
+		return // a batch began meanwhile
+	}
+	q.timer, q.waited = nil, true
+	q.startReady()
+}
+
+// take removes up to size members with distinct IDs from pending, oldest first. A second copy of an ID stays for
+// a later batch: within one transaction it would only find its own copy's claim.
+func (q *batchQueue) take(size int) []*member {
+	taken := make([]*member, 0, min(size, len(q.pending)))
+	seen := make(map[string]bool, cap(taken))
+	rest := q.pending[:0]
+	for _, m := range q.pending {
+		if len(taken) < size && !seen[m.id] {
+			seen[m.id] = true
+			taken = append(taken, m)
+			continue
+		}
+		rest = append(rest, m)
+	}
+	clear(q.pending[len(rest):])
+	q.pending = rest
+	return taken
+}
+
+// ended frees the slot of a batch that has ended.
+func (q *batchQueue) ended() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.running--
+	q.startReady()
+}
+
+// batch is one transaction that the messages it claimed share.
+type batch struct {
+	i        *Inbox
+	consumer string
+	tx       driver.Tx
+	ctx      context.Context // the batch's own: no member's context ends it
+
+	conn sync.Mutex // the transaction's one connection: one member at a time
+
+	mu     sync.Mutex
+	left   int       // claimed members still running their handler
+	ok     []*member // members whose handler succeeded, waiting for the commit
+	broken error     // what left the transaction unusable, if anything did
+	done   chan struct{}
+}
+
+// run begins the batch's transaction, claims its members' IDs, waits for their handlers, and commits.
+func (q *batchQueue) run(members []*member) {
+	defer q.ended()
+	i := q.i
+	ctx := context.WithoutCancel(members[0].msg.Context())
+	goAlone := func(ms []*member) {
+		for _, m := range ms {
+			m.turn <- nil
+		}
+	}
+	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
+	if err != nil {
+		goAlone(members) // each finds out for itself, and is nacked with its own error
+		return
+	}
+	slices.SortFunc(members, func(a, b *member) int { return strings.Compare(a.id, b.id) })
+	ids := make([]string, len(members))
+	for n, m := range members {
+		ids[n] = m.id
+	}
+	claimed, err := i.store.claimBatch(ctx, tx, q.consumer, ids)
+	if err != nil {
+		i.cfg.logger.Debug("Inbox batch claim failed; its messages go on one by one", watermill.LogFields{
+			"consumer": q.consumer, "messages": len(members), "error": err.Error()})
+		_ = tx.Rollback(ctx)
+		goAlone(members)
+		return
+	}
+	b := &batch{i: i, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), done: make(chan struct{})}
+	owned := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		owned[id] = true
+	}
+	if len(claimed) == 0 {
+		_ = tx.Rollback(ctx)
+		goAlone(members)
+		return
+	}
+	for _, m := range members {
+		if owned[m.id] {
+			m.turn <- b
+		} else {
+			m.turn <- nil // its row was there: a duplicate, or a row lease mode holds
+		}
+	}
+	<-b.done
+	b.end()
+}
+
+// end commits the batch once every handler has finished, and tells the members that succeeded how it went.
+func (b *batch) end() {
+	out := commitOutcome{start: time.Now()}
+	switch {
+	case b.broken != nil:
+		out.err = b.broken
+		_ = b.tx.Rollback(b.ctx)
+	case len(b.ok) == 0:
+		_ = b.tx.Rollback(b.ctx) // every handler failed: nothing to commit
+	default:
+		out.err = b.tx.Commit(b.ctx)
+	}
+	for _, m := range b.ok {
+		m.outcome <- out
+	}
+}
+
+// apply runs m's handler in the batch, settles its part of the transaction, and waits for the commit.
+func (b *batch) apply(m *member) ([]*message.Message, error) {
+	msg, ctx := m.msg, m.msg.Context()
+	t := &memberTx{b: b}
+	msg.SetContext(withClaim(m.ob.claimed(1), t, m.id))
+	panicked := true
+	defer func() {
+		if panicked { // give back the claim and the effect, then let the panic go on
+			msg.SetContext(ctx)
+			b.giveBack(m, t, errHandlerPanicked)
+		}
+	}()
+	produced, err := m.ob.run(m.h, msg)
+	panicked = false
+	msg.SetContext(ctx)
+	if err == nil {
+		err = b.keep(m, t, produced)
+	} else {
+		b.giveBack(m, t, err)
+	}
+	if err != nil {
+		err = b.i.settle(msg, b.consumer, err)
+		m.ob.finish(err)
+		return nil, err
+	}
+	out := <-m.outcome
+	m.ob.commitDone(out.start, out.err)
+	if out.err != nil {
+		err = fmt.Errorf("inbox: commit the batch of %s/%s: %w", b.consumer, m.id, out.err)
+		produced = nil
+	}
+	m.ob.finish(err)
+	return produced, err
+}
+
+// keep stores what m's handler produced and releases its savepoint; when the database refuses the produced
+// messages, it gives the claim back instead, and reports why.
+func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error {
+	stampProduced(produced, b.consumer, m.id, b.i.cfg.idKey)
+	raw, err := encodeProduced(b.consumer, m.id, produced)
+	if err == nil && raw == nil && t.unused() {
+		b.finished(m) // nothing to write, and the handler wrote nothing: the connection is not needed
+		return nil
+	}
+	t.hold(raw != nil) // a savepoint around the produced messages, should the database refuse them
+	if err == nil && t.err != nil {
+		err = t.err
+	}
+	if err == nil {
+		err = b.i.store.saveProduced(b.ctx, b.tx, b.consumer, m.id, raw)
+	}
+	if errors.Is(err, ErrProducedUnstorable) {
+		err = unusable{err}
+	}
+	if err != nil {
+		b.undo(m, t)
+		b.finished(nil)
+		return err
+	}
+	if t.savepoint {
+		if err := b.i.store.savepoint(b.ctx, b.tx, dialect.ReleaseSavepoint); err != nil {
+			b.breaks(fmt.Errorf("inbox: release the savepoint of %s/%s: %w", b.consumer, m.id, err))
+		}
+	}
+	b.conn.Unlock()
+	b.finished(m)
+	return nil
+}
+
+// giveBack rolls back m's effect and claim after its handler failed with cause.
+func (b *batch) giveBack(m *member, t *memberTx, cause error) {
+	t.hold(false)
+	b.undo(m, t)
+	b.finished(nil)
+	b.i.cfg.logger.Debug("Inbox gave back a failed message's claim in its batch", logFields(m.msg, b.consumer, m.id).
+		Add(watermill.LogFields{"error": cause.Error()}))
+}
+
+// undo rolls back to m's savepoint and deletes its claim, then frees the connection. Called with the connection
+// held. A statement that fails here leaves the transaction unusable, and the whole batch is rolled back.
+func (b *batch) undo(m *member, t *memberTx) {
+	defer b.conn.Unlock()
+	if t.savepoint {
+		err := b.i.store.savepoint(b.ctx, b.tx, dialect.RollbackSavepoint)
+		if err == nil {
+			err = b.i.store.savepoint(b.ctx, b.tx, dialect.ReleaseSavepoint)
+		}
+		if err != nil {
+			b.breaks(fmt.Errorf("inbox: roll back to the savepoint of %s/%s: %w", b.consumer, m.id, err))
+			return
+		}
+	} else if t.err != nil {
+		b.breaks(t.err)
+		return
+	}
+	if err := b.i.store.unclaim(b.ctx, b.tx, b.consumer, m.id); err != nil {
+		b.breaks(err)
+	}
+}
+
+// breaks records that the transaction can no longer commit.
+func (b *batch) breaks(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.broken == nil {
+		b.broken = err
+	}
+}
+
+// finished counts a member's handler out, adding it to the ones waiting for the commit when it succeeded (m not
+// nil); the last one lets the batch end.
+func (b *batch) finished(m *member) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m != nil {
+		b.ok = append(b.ok, m)
+	}
+	if b.left--; b.left == 0 {
+		close(b.done)
+	}
+}
+
+// memberTx is a member's view of the batch's transaction, in its handler's context: the first use takes the
+// connection and sets the member's savepoint, so that the handler's time before it overlaps the others'.
+type memberTx struct {
+	b         *batch
+	once      sync.Once
+	savepoint bool  // set: its effect can be rolled back alone
+	err       error // setting it failed
+	untouched bool  // the member finished without taking the connection
+}
+
+// hold takes the connection, once, setting the savepoint if withSavepoint. The connection stays taken until the
+// member's part is settled (keep, undo).
+func (t *memberTx) hold(withSavepoint bool) {
+	t.once.Do(func() {
+		t.b.conn.Lock()
+		if withSavepoint {
+			t.err = t.b.i.store.savepoint(t.b.ctx, t.b.tx, dialect.SetSavepoint)
+			t.savepoint = t.err == nil
+		}
+	})
+}
+
+// unused reports whether the handler never used the transaction, and makes sure it no longer can take it.
+func (t *memberTx) unused() bool {
+	t.once.Do(func() { t.untouched = true })
+	return t.untouched
+}
+
+var errBatchTxOwned = errors.New("inbox: the batch's transaction is ended by the inbox, not by a handler")
+
+func (t *memberTx) Native() any {
+	t.hold(true)
+	return t.b.tx.Native()
+}
+
+func (t *memberTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	t.hold(true)
+	return t.b.tx.Exec(ctx, query, args...)
+}
+
+func (t *memberTx) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	t.hold(true)
+	return t.b.tx.QueryRow(ctx, query, args...)
+}
+
+func (t *memberTx) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	t.hold(true)
+	return t.b.tx.Query(ctx, query, args...)
+}
+
+func (t *memberTx) Commit(context.Context) error   { return errBatchTxOwned }
+func (t *memberTx) Rollback(context.Context) error { return errBatchTxOwned }

@@ -1,0 +1,344 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
+)
+
+// runOneBatch delivers one message per ID to h at once, each from its own goroutine, after a blocker message has
+// taken the only batch slot (WithBatchConcurrency(1)); once all of them wait, the blocker ends and they form one
+// batch. It returns each delivery's error, or the value it panicked with, by ID.
+type batchRun struct {
+	errs   map[string]error
+	panics map[string]any
+}
+
+func runOneBatch(t *testing.T, ib *inbox.Inbox, b *testBundle, h message.HandlerFunc, ids []string) batchRun {
+	t.Helper()
+	release, blocked := make(chan struct{}), make(chan struct{})
+	blocker := uniqueName("blocker")
+	mw := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == blocker {
+			close(blocked)
+			<-release
+			return nil, nil
+		}
+		return h(msg)
+	})
+	blockerDone := make(chan error, 1)
+	go func() {
+		_, err := mw(newMsg(blocker))
+		blockerDone <- err
+	}()
+	<-blocked
+
+	run := batchRun{errs: map[string]error{}, panics: map[string]any{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					mu.Lock()
+					run.panics[id] = p
+					mu.Unlock()
+				}
+			}()
+			_, err := mw(newMsg(id))
+			mu.Lock()
+			run.errs[id] = err
+			mu.Unlock()
+		}()
+	}
+	require.Eventually(t, func() bool { return inbox.BatchPending(ib, "wallet-credits") == len(ids) },
+		10*time.Second, time.Millisecond, "every message waits for the batch")
+	close(release)
+	require.NoError(t, <-blockerDone)
+	wg.Wait()
+	return run
+}
+
+// batchCredit credits account 1 on the transaction and records, per ID, the transaction it ran in.
+func (b *testBundle) batchCredit(txids *sync.Map, fail func(id string) error) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		id := msg.Metadata.Get(inbox.DefaultIDMetadataKey)
+		tx, ok := inbox.TxFromContext(ctx)
+		if !ok {
+			return nil, errors.New("no transaction")
+		}
+		var txid int64
+		if err := tx.QueryRowContext(ctx, `SELECT txid_current()`).Scan(&txid); err != nil {
+			return nil, err
+		}
+		txids.Store(id, txid)
+		if _, err := tx.ExecContext(ctx, `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = 1`); err != nil {
+			return nil, err
+		}
+		return nil, fail(id)
+	}
+}
+
+func batchIDs(n int) []string { return inboxtest.EventIDs("evt", n) }
+
+func TestBatch_AFailingHandlerNacksOnlyItsMessage(t *testing.T) {
+	t.Parallel()
+	for name, fail := range map[string]func(id string) error{
+		"Error": func(id string) error {
+			if id == "evt-13" {
+				return errors.New("this one fails after its write")
+			}
+			return nil
+		},
+		"Panic": func(id string) error {
+			if id == "evt-13" {
+				panic("this one panics after its write")
+			}
+			return nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ib, b := setup(t, inbox.WithBatch(0, inbox.MaxBatchSize), inbox.WithBatchConcurrency(1))
+			var txids sync.Map
+			ids := batchIDs(inbox.MaxBatchSize)
+			run := runOneBatch(t, ib, b, b.batchCredit(&txids, fail), ids)
+
+			failedTx, _ := txids.Load("evt-13")
+			for _, id := range ids {
+				tx, _ := txids.Load(id)
+				require.Equal(t, failedTx, tx, "%s ran in the same transaction as the failing message", id)
+				if id == "evt-13" {
+					continue
+				}
+				require.NoError(t, run.errs[id], id)
+				require.Nil(t, run.panics[id], id)
+			}
+			if name == "Panic" {
+				require.Equal(t, "this one panics after its write", run.panics["evt-13"])
+			} else {
+				require.ErrorContains(t, run.errs["evt-13"], "fails after its write")
+			}
+			require.Equal(t, len(ids)-1, b.balance(t), "every effect but the failed one's")
+			require.Equal(t, len(ids)-1+1, b.rows(t, "wallet-credits"), "every claim but the failed one's, and the blocker's")
+
+			// Its redelivery is no duplicate: it applies, once.
+			var calls atomic.Int64
+			_, err := ib.Middleware(b.credit(1, &calls))(newMsg("evt-13"))
+			require.NoError(t, err)
+			require.EqualValues(t, 1, calls.Load())
+			require.Equal(t, len(ids), b.balance(t))
+		})
+	}
+}
+
+func TestBatch_ACommitThatFailsNacksTheWholeBatchAndAppliesNothing(t *testing.T) {
+	t.Parallel()
+	ib, b := setup(t, inbox.WithBatch(0, 16), inbox.WithBatchConcurrency(1))
+	// A deferred unique constraint is checked at commit: two members writing the same key pass their statements
+	// and fail the batch's commit.
+	_, err := b.db.Exec(`CREATE TABLE ` + b.table + `_keys (k int, UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE ` + b.table + `_keys`) })
+	var txids sync.Map
+	ids := batchIDs(16)
+	run := runOneBatch(t, ib, b, b.batchCredit(&txids, func(id string) error { return nil }), ids[:14])
+	for _, id := range ids[:14] {
+		require.NoError(t, run.errs[id], "a batch without the clash commits")
+	}
+
+	clash := func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := b.credit(1, nil)(msg); err != nil {
+			return nil, err
+		}
+		tx, _ := inbox.TxFromContext(msg.Context())
+		id := msg.Metadata.Get(inbox.DefaultIDMetadataKey)
+		if id == "x-3" || id == "x-9" {
+			_, err := tx.ExecContext(msg.Context(), `INSERT INTO `+b.table+`_keys VALUES (1)`)
+			return nil, err
+		}
+		return nil, nil
+	}
+	before := b.balance(t)
+	run = runOneBatch(t, ib, b, clash, inboxtest.EventIDs("x", 16))
+	for id, err := range run.errs {
+		require.Error(t, err, "%s: the commit failed, so its ack must not happen", id)
+	}
+	require.Len(t, run.errs, 16)
+	require.Equal(t, before, b.balance(t), "nothing of the batch is applied")
+	require.Equal(t, 14+2, b.rows(t, "wallet-credits"), "no claim of the batch stays (beside the first batch's and two blockers')")
+}
+
+func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {
+	t.Parallel()
+	t.Run("InOneBatch", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithBatch(0, inbox.MaxBatchSize), inbox.WithBatchConcurrency(1))
+		var calls atomic.Int64
+		ids := append(batchIDs(32), batchIDs(32)...) // every ID twice, all waiting at once
+		mw := ib.Middleware(b.credit(1, &calls))
+		var wg sync.WaitGroup
+		errs := make(chan error, len(ids))
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := mw(newMsg(id))
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 32, calls.Load())
+		require.Equal(t, 32, b.balance(t))
+	})
+	t.Run("InRacingBatches", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithBatch(time.Millisecond, 16), inbox.WithBatchConcurrency(4))
+		calls := &inboxtest.CallCounter{}
+		ids := batchIDs(60)
+		errs := inboxtest.DeliverCopies(t, ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			calls.Call(msg.Metadata.Get(inbox.DefaultIDMetadataKey))
+			return b.credit(1, nil)(msg)
+		}), ids, 4)
+		requireNoErrors(t, errs)
+		calls.RequireOnceEach(t, ids)
+		require.Equal(t, len(ids), b.balance(t))
+	})
+}
+
+func TestBatch_ACancelledContextMidBatchLosesNothing(t *testing.T) {
+	t.Parallel()
+	// A router closing cancels the messages' contexts while a batch runs: every message is either acked and
+	// applied once, or nacked and not applied, and a redelivery of the nacked ones applies each once.
+	ib, b := setup(t, inbox.WithBatch(0, 32), inbox.WithBatchConcurrency(2))
+	ctx, cancel := context.WithCancel(context.Background())
+	var started atomic.Int64
+	mw := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if started.Add(1) == 20 {
+			cancel()
+		}
+		select {
+		case <-msg.Context().Done():
+			return nil, msg.Context().Err()
+		case <-time.After(time.Duration(started.Load()%3) * time.Millisecond):
+		}
+		return b.credit(1, nil)(msg)
+	})
+	ids := batchIDs(100)
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := newMsg(id)
+			msg.SetContext(ctx)
+			if _, err := mw(msg); err == nil {
+				mu.Lock()
+				acked[id] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, len(acked), b.balance(t), "exactly the acked messages are applied")
+	require.Equal(t, len(acked), b.rows(t, "wallet-credits"))
+	require.Less(t, len(acked), len(ids), "the cancellation reached some messages")
+
+	var redelivered []string
+	for _, id := range ids {
+		if !acked[id] {
+			redelivered = append(redelivered, id)
+		}
+	}
+	requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.credit(1, nil)), redelivered, 1))
+	require.Equal(t, len(ids), b.balance(t), "after the redelivery, every message once")
+}
+
+func TestBatch_HandlersOverlapTheirWorkBeforeTheTransaction(t *testing.T) {
+	t.Parallel()
+	// 64 handlers that work before their first statement must do that work side by side, not one after another:
+	// the transaction is taken at its first use, not for the whole handler.
+	ib, b := setup(t, inbox.WithBatch(0, inbox.MaxBatchSize), inbox.WithBatchConcurrency(1))
+	var working, most atomic.Int64
+	gate := make(chan struct{})
+	var once sync.Once
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		n := working.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if n == inbox.MaxBatchSize {
+			once.Do(func() { close(gate) })
+		}
+		select { // the work outside the database: it ends when all are at it, or after a while
+		case <-gate:
+		case <-time.After(5 * time.Second):
+		}
+		working.Add(-1)
+		return b.credit(1, nil)(msg)
+	}
+	run := runOneBatch(t, ib, b, h, batchIDs(inbox.MaxBatchSize))
+	for id, err := range run.errs {
+		require.NoError(t, err, id)
+	}
+	require.EqualValues(t, inbox.MaxBatchSize, most.Load(), "all the batch's handlers worked at once")
+	require.Equal(t, inbox.MaxBatchSize, b.balance(t))
+}
+
+func TestBatch_DuplicatesAndProducedMessagesBehaveAsWithoutBatching(t *testing.T) {
+	t.Parallel()
+	ib, b := setup(t, inbox.WithBatch(0, 8))
+	var calls atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := b.credit(1, &calls)(msg); err != nil {
+			return nil, err
+		}
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
+	})
+	first, err := h(newMsg("evt-1"))
+	require.NoError(t, err, "a lone message")
+	require.Len(t, first, 1)
+	again, err := h(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls.Load(), "the duplicate is skipped")
+	require.Len(t, again, 1, "and its produced message goes out again")
+	require.Equal(t, first[0].UUID, again[0].UUID)
+	require.Equal(t, 1, b.balance(t))
+}
+
+func TestBatch_OptionsAreChecked(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("postgres", testDSN()) // New does not connect
+	require.NoError(t, err)
+	defer db.Close()
+	for _, opts := range [][]inbox.Option{
+		{inbox.WithBatch(0, 0)},
+		{inbox.WithBatch(0, inbox.MaxBatchSize+1)},
+		{inbox.WithBatch(-time.Millisecond, 8)},
+		{inbox.WithBatch(0, 8), inbox.WithLease(time.Second)},
+		{inbox.WithBatch(0, 8), inbox.WithBatchConcurrency(0)},
+	} {
+		_, err := inbox.New(db, opts...)
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+		require.ErrorContains(t, err, "WithBatch")
+	}
+}
