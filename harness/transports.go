@@ -16,6 +16,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,9 @@ type transportKind string
 const (
 	// kafkaTransport is watermill-kafka (Sarama) against kfake, as the other measurements run.
 	kafkaTransport transportKind = "kafka"
+	// kafkaPgxTransport is kafkaTransport with the consumer on pgx v5: pgxinbox over a pgxpool.Pool, the handler
+	// crediting on the pgx.Tx of pgxinbox.TxFromContext.
+	kafkaPgxTransport transportKind = "kafka-pgx"
 	// amqpTransport is watermill-amqp against RabbitMQ, with its durable-queue config.
 	amqpTransport transportKind = "amqp"
 	// natsTransport is watermill-nats in JetStream mode, a durable queue consumer with explicit, manual acks.
@@ -42,8 +46,13 @@ const (
 	goChannel transportKind = "gochannel"
 )
 
-// allTransports is the matrix's row order.
-var allTransports = []transportKind{kafkaTransport, amqpTransport, natsTransport, redisTransport, sqlV3Transport, sqlV4Transport, goChannel}
+// allTransports is the matrix's row order: each pgx cell right after its database/sql twin.
+var allTransports = []transportKind{kafkaTransport, kafkaPgxTransport, amqpTransport, natsTransport, redisTransport,
+	sqlV3Transport, sqlV4Transport, goChannel}
+
+// overPgx reports whether the cell's consumer reaches PostgreSQL through pgx v5 (a pgxpool.Pool, pgxinbox) instead
+// of database/sql. The broker side is its twin's: the harness publishes and counts the same way.
+func (k transportKind) overPgx() bool { return k == kafkaPgxTransport }
 
 func parseTransport(s string) (transportKind, error) {
 	for _, t := range allTransports {
@@ -104,7 +113,7 @@ type transport interface {
 // openTransport connects to kind's broker. A broker that does not answer is an error that says how to start it.
 func openTransport(ctx context.Context, kind transportKind, e *env, a transportAddrs) (transport, error) {
 	switch kind {
-	case kafkaTransport:
+	case kafkaTransport, kafkaPgxTransport:
 		return &kafkaMatrix{e: e}, nil
 	case amqpTransport:
 		return openAMQP(a.AMQP)
@@ -122,10 +131,11 @@ func openTransport(ctx context.Context, kind transportKind, e *env, a transportA
 	return nil, fmt.Errorf("no transport %q", kind)
 }
 
-// newTransportSubscriber is the consumer process's subscriber for its cell.
-func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, logger watermill.LoggerAdapter) (message.Subscriber, error) {
+// newTransportSubscriber is the consumer process's subscriber for its cell. db is nil in a pgx cell, pool in the
+// others.
+func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, pool *pgxpool.Pool, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	switch c.Transport {
-	case kafkaTransport:
+	case kafkaTransport, kafkaPgxTransport:
 		kc := consumerConfig{Name: c.Name, Session: defaultSession, Heartbeat: defaultHeartbeat, Rebalance: 2 * time.Second}
 		return kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               brokerList(c.Addr),
