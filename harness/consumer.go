@@ -130,8 +130,10 @@ func consumeCommand(args []string) error {
 type consumer struct {
 	cfg consumerConfig
 	db  *sql.DB
-	// pgx, when set, is the database instead of db: the handler credits through pgx v5 (see creditPgx).
+	// pgx, when set, is the database instead of db: the handler credits through pgx v5 (see creditPgx), and joinsV4
+	// says the message comes with watermill-sql v4's pgx transaction, which the inbox must have joined.
 	pgx     *pgxpool.Pool
+	joinsV4 bool
 	out     *lineWriter
 	handled atomic.Int64
 	first   atomic.Int64 // unix ns of the first message, for throughput

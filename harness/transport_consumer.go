@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -78,6 +79,10 @@ func consumeTransportCommand(args []string) error {
 	if c.Run == "" {
 		return errors.New("consume-transport: --run is required")
 	}
+	if c.Transport == sqlV4PgxTransport && c.Sleep >= sqlV4AckDeadline/2 {
+		// Over pgx, v4 ends a given-up message's transaction while the handler may still run statements on it.
+		return fmt.Errorf("consume-transport: --sleep %s leaves too little of watermill-sql v4's ack deadline (%s) over pgx", c.Sleep, sqlV4AckDeadline)
+	}
 	return consumeTransport(c)
 }
 
@@ -110,11 +115,11 @@ func consumeTransport(c transportConsumerConfig) error {
 		return err
 	}
 	cons := &consumer{cfg: consumerConfig{Variant: c.Variant, Run: c.Run, Name: c.Name, Sleep: c.Sleep, Expect: c.Expect},
-		db: db, pgx: pool, out: out}
+		db: db, pgx: pool, joinsV4: c.Transport == sqlV4PgxTransport, out: out}
 	h := router.AddConsumerHandler("credit", c.Run, sub, cons.credit)
 	h.AddMiddleware(cons.report)
 	if c.Variant == inboxVariant && pool != nil {
-		// pgxinbox over the pool: the handler's pgx.Tx is the one pgxinbox begins per message.
+		// pgxinbox over the pool; its Database joins the transaction of watermill-sql v4's subscriber by default.
 		ib, err := pgxinbox.New(pool, inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
 		if err != nil {
 			return err
@@ -177,7 +182,8 @@ func openConsumerDB(c transportConsumerConfig) (*sql.DB, *pgxpool.Pool, error) {
 }
 
 // creditPgx writes a credit through pgx v5. Under the inbox it runs on pgxinbox's pgx.Tx, which must be there (a
-// handler that fell back to a transaction of its own would credit outside the claim's, and prove nothing). Without the inbox it commits a
+// handler that fell back to a transaction of its own would credit outside the claim's, and prove nothing); in
+// sql-v4-pgx that pgx.Tx must also be the subscriber's, or the inbox did not join it. Without the inbox it commits a
 // transaction of its own on the pool, as the database/sql cells do on theirs.
 func (cs *consumer) creditPgx(ctx context.Context, args []any) error {
 	if cs.cfg.Variant != inboxVariant {
@@ -189,6 +195,12 @@ func (cs *consumer) creditPgx(ctx context.Context, args []any) error {
 	tx, ok := pgxinbox.TxFromContext(ctx)
 	if !ok {
 		return errors.New("credit: the inbox put no pgx.Tx in the message's context")
+	}
+	if cs.joinsV4 {
+		sub, _ := wsql4.TxFromContext(ctx)
+		if p, ok := sub.(*wsql4.PgxTx); !ok || p.Tx != tx {
+			return fmt.Errorf("credit: the inbox's pgx.Tx is not watermill-sql v4's subscriber's (%T): it did not join", sub)
+		}
 	}
 	_, err := tx.Exec(ctx, creditSQL, args...)
 	return err
