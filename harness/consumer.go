@@ -22,6 +22,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/lib/pq"
 )
 
@@ -127,8 +128,12 @@ func consumeCommand(args []string) error {
 
 // consumer is the state of one consumer process.
 type consumer struct {
-	cfg     consumerConfig
-	db      *sql.DB
+	cfg consumerConfig
+	db  *sql.DB
+	// pgx, when set, is the database instead of db: the handler credits through pgx v5 (see creditPgx), and joinsV4
+	// says the message comes with watermill-sql v4's pgx transaction, which the inbox must have joined.
+	pgx     *pgxpool.Pool
+	joinsV4 bool
 	out     *lineWriter
 	handled atomic.Int64
 	first   atomic.Int64 // unix ns of the first message, for throughput
@@ -250,7 +255,8 @@ func (cs *consumer) report(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// credit is the handler: some work, then the credit, on the inbox's transaction or on one of its own.
+// credit is the handler: some work, then the credit, on the inbox's transaction or on one of its own, through
+// database/sql or, in the transport matrix's pgx cells, pgx.
 func (cs *consumer) credit(msg *message.Message) error {
 	ctx := msg.Context()
 	if cs.cfg.Variant == atMostOnce {
@@ -271,15 +277,19 @@ func (cs *consumer) credit(msg *message.Message) error {
 	if cs.cfg.Sleep > 0 {
 		time.Sleep(cs.cfg.Sleep)
 	}
+	args := []any{cs.cfg.Run, id, c.Account, c.Amount, cs.cfg.Name}
+	if cs.pgx != nil {
+		return cs.creditPgx(ctx, args)
+	}
 	if tx, ok := inbox.TxFromContext(ctx); ok {
-		_, err := tx.ExecContext(ctx, creditSQL, cs.cfg.Run, id, c.Account, c.Amount, cs.cfg.Name)
+		_, err := tx.ExecContext(ctx, creditSQL, args...)
 		return err
 	}
 	tx, err := cs.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, creditSQL, cs.cfg.Run, id, c.Account, c.Amount, cs.cfg.Name); err != nil {
+	if _, err := tx.ExecContext(ctx, creditSQL, args...); err != nil {
 		return errors.Join(err, tx.Rollback())
 	}
 	return tx.Commit()

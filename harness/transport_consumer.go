@@ -15,12 +15,15 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // transportConsumerConfig is the command line of `harness consume-transport`: one consumer process of one cell of
@@ -77,6 +80,10 @@ func consumeTransportCommand(args []string) error {
 	if c.Run == "" {
 		return errors.New("consume-transport: --run is required")
 	}
+	if c.Transport == sqlV4PgxTransport && c.Sleep >= sqlV4AckDeadline/2 {
+		// Over pgx, v4 ends a given-up message's transaction while the handler may still run statements on it.
+		return fmt.Errorf("consume-transport: --sleep %s leaves too little of watermill-sql v4's ack deadline (%s) over pgx", c.Sleep, sqlV4AckDeadline)
+	}
 	return consumeTransport(c)
 }
 
@@ -85,13 +92,15 @@ func consumeTransportCommand(args []string) error {
 func consumeTransport(c transportConsumerConfig) error {
 	out := &lineWriter{w: os.Stdout}
 	logger := &reportingLogger{LoggerAdapter: watermill.NewStdLoggerWithOut(os.Stderr, false, false), out: out}
-	db, err := sql.Open("postgres", withAppName(c.DSN, c.Run))
+	db, pool, err := openConsumerDB(c)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	db.SetMaxOpenConns(c.Pool)
-	db.SetMaxIdleConns(c.Pool)
+	if pool != nil {
+		defer pool.Close()
+	} else {
+		defer db.Close()
+	}
 
 	var goch *gochannel.GoChannel
 	var sub message.Subscriber
@@ -99,17 +108,25 @@ func consumeTransport(c transportConsumerConfig) error {
 		// The messages must go out after the router subscribed: a GoChannel drops what nobody listens to.
 		goch = gochannel.NewGoChannel(gochannel.Config{}, logger)
 		sub = goch
-	} else if sub, err = newTransportSubscriber(c, db, logger); err != nil {
+	} else if sub, err = newTransportSubscriber(c, db, pool, logger); err != nil {
 		return err
 	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Minute}, logger)
 	if err != nil {
 		return err
 	}
-	cons := &consumer{cfg: consumerConfig{Variant: c.Variant, Run: c.Run, Name: c.Name, Sleep: c.Sleep, Expect: c.Expect}, db: db, out: out}
+	cons := &consumer{cfg: consumerConfig{Variant: c.Variant, Run: c.Run, Name: c.Name, Sleep: c.Sleep, Expect: c.Expect},
+		db: db, pgx: pool, joinsV4: c.Transport == sqlV4PgxTransport, out: out}
 	h := router.AddConsumerHandler("credit", c.Run, sub, cons.credit)
 	h.AddMiddleware(cons.report)
-	if c.Variant == inboxVariant {
+	if c.Variant == inboxVariant && pool != nil {
+		// pgxinbox over the pool; its Database joins the transaction of watermill-sql v4's subscriber by default.
+		ib, err := pgxinbox.New(pool, inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
+		if err != nil {
+			return err
+		}
+		h.AddMiddleware(ib.Middleware)
+	} else if c.Variant == inboxVariant {
 		// The inbox joins the subscriber transaction of watermill-sql v3 or v4, whichever the message carries.
 		d := inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner(), pgxinbox.SQLv4Joiner())
 		ib, err := d.New(inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
@@ -138,6 +155,56 @@ func consumeTransport(c transportConsumerConfig) error {
 	}
 	out.printf("closed %d", cons.handled.Load())
 	return nil
+}
+
+// openConsumerDB opens the consumer's database: a pgxpool.Pool in a pgx cell, a *sql.DB over lib/pq in the others,
+// either capped at c.Pool connections and named after the run (application_name).
+func openConsumerDB(c transportConsumerConfig) (*sql.DB, *pgxpool.Pool, error) {
+	dsn := withAppName(c.DSN, c.Run)
+	if !c.Transport.overPgx() {
+		db, err := sql.Open("postgres", dsn)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open %s: %w", c.DSN, err)
+		}
+		db.SetMaxOpenConns(c.Pool)
+		db.SetMaxIdleConns(c.Pool)
+		return db, nil, nil
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse %s for pgx: %w", c.DSN, err)
+	}
+	cfg.MaxConns = int32(c.Pool)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgx pool on %s: %w", c.DSN, err)
+	}
+	return nil, pool, nil
+}
+
+// creditPgx writes a credit through pgx v5. Under the inbox it runs on pgxinbox's pgx.Tx, which must be there (a
+// handler that fell back to a transaction of its own would credit outside the claim's, and prove nothing); in
+// sql-v4-pgx that pgx.Tx must also be the subscriber's, or the inbox did not join it. Without the inbox it commits a
+// transaction of its own on the pool, as the database/sql cells do on theirs.
+func (cs *consumer) creditPgx(ctx context.Context, args []any) error {
+	if cs.cfg.Variant != inboxVariant {
+		return pgx.BeginFunc(ctx, cs.pgx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, creditSQL, args...)
+			return err
+		})
+	}
+	tx, ok := pgxinbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("credit: the inbox put no pgx.Tx in the message's context")
+	}
+	if cs.joinsV4 {
+		sub, _ := wsql4.TxFromContext(ctx)
+		if p, ok := sub.(*wsql4.PgxTx); !ok || p.Tx != tx {
+			return fmt.Errorf("credit: the inbox's pgx.Tx is not watermill-sql v4's subscriber's (%T): it did not join", sub)
+		}
+	}
+	_, err := tx.Exec(ctx, creditSQL, args...)
+	return err
 }
 
 // fileMessage is one line of the file a gochannel consumer publishes from.

@@ -24,6 +24,7 @@ type transportsConfig struct {
 	Events     int           // distinct credit events per cell
 	DupRate    float64       // share of events published a second time: same event ID, new message
 	Kills      int           // hard kills per cell (none for gochannel)
+	Stop       stopMode      // how each kill stops the consumer: SIGKILL, or SIGTERM for a graceful close mid-work
 	MinWork    time.Duration // each kill lands this long or longer after the consumer started working...
 	MaxWork    time.Duration // ...and no longer than this
 	Sleep      time.Duration // handler work per message
@@ -41,6 +42,7 @@ type transportResult struct {
 	Events     int   // distinct events published
 	Copies     int   // republished copies among the messages
 	Kills      int   // kills that landed while the consumer worked
+	Unclean    int   // of them, with --stop term: consumers that exited with an error instead of closing cleanly
 	Duplicates int   // ledger rows beyond the first per event ID
 	Losses     int   // events without a ledger row
 	Skipped    int   // deliveries the inbox recognised and skipped
@@ -52,6 +54,17 @@ type transportResult struct {
 // Redeliveries is the duplicates beyond the republished copies: extra effects the transport's redeliveries caused.
 // It is meaningful without the inbox, where every copy lands as an effect of its own.
 func (r transportResult) Redeliveries() int { return max(0, r.Duplicates-r.Copies) }
+
+// stopMode is how the matrix stops a consumer at each point of its kill schedule.
+type stopMode string
+
+const (
+	// stopKill is SIGKILL, the matrix's crash: no deferred function, no close, no last commit.
+	stopKill stopMode = "kill"
+	// stopTerm is SIGTERM: the consumer closes its router while its handlers are still at work, as a deployment's
+	// rolling restart does. The router closes the subscriber at once and then waits for the handlers.
+	stopTerm stopMode = "term"
+)
 
 // transportEvents makes n credit events with their event IDs, and the message sequence to publish: every event
 // once, and a share dupRate of them a second time, as a new message (new UUID) with the same event ID, a few
@@ -99,8 +112,12 @@ func runTransports(ctx context.Context, e *env, c transportsConfig) ([]transport
 					tr.close()
 					return results, fmt.Errorf("%s %s run %d: %w", kind, v, r+1, err)
 				}
-				e.logf("%s %s run %d/%d: %d events (+%d copies), %d kills, %d duplicates (%d beyond the copies), %d lost, %d skipped, drained %v (%s)",
-					kind, v, r+1, c.Runs, res.Events, res.Copies, res.Kills, res.Duplicates, res.Redeliveries(), res.Losses,
+				stops := fmt.Sprintf("%d kills", res.Kills)
+				if c.Stop == stopTerm {
+					stops = fmt.Sprintf("%d SIGTERM stops (%d unclean)", res.Kills, res.Unclean)
+				}
+				e.logf("%s %s run %d/%d: %d events (+%d copies), %s, %d duplicates (%d beyond the copies), %d lost, %d skipped, drained %v (%s)",
+					kind, v, r+1, c.Runs, res.Events, res.Copies, stops, res.Duplicates, res.Redeliveries(), res.Losses,
 					res.Skipped, res.Drained, res.Elapsed.Round(100*time.Millisecond))
 				results = append(results, res)
 			}
@@ -192,10 +209,19 @@ func runTransportCell(ctx context.Context, e *env, tr transport, kind transportK
 			break
 		}
 		time.Sleep(d)
-		p.kill()
+		how := "kill"
+		if c.Stop == stopTerm {
+			how = "SIGTERM"
+			if err := p.stop(time.Minute); err != nil {
+				res.Unclean++
+				how = fmt.Sprintf("SIGTERM, unclean exit: %v", err)
+			}
+		} else {
+			p.kill()
+		}
 		res.Kills++
 		rows, _ := ledgerRows(ctx, e.db, run)
-		e.logf("  %s: kill %d/%d after %.1fs of work (%d ledger rows)", run, k+1, len(delays), d.Seconds(), rows)
+		e.logf("  %s: %s %d/%d after %.1fs of work (%d ledger rows)", run, how, k+1, len(delays), d.Seconds(), rows)
 	}
 	final := cfg(run + "-final")
 	p, err := spawnArgs(e.bin, e.logDir, final.Name, final.args(), nil)
@@ -327,7 +353,11 @@ func waitLine(ctx context.Context, p *proc, prefix string, timeout time.Duration
 // transportsReport renders the matrix: one row per transport and variant, summed over runs.
 func transportsReport(c transportsConfig, res []transportResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| Transport | Variant | Runs | Events | Republished copies | Kills | Duplicate effects | of them redeliveries | Lost | Skipped by the inbox | Drained |\n")
+	kills := "Kills"
+	if c.Stop == stopTerm {
+		kills = "SIGTERM stops (unclean exits)"
+	}
+	fmt.Fprintf(&b, "| Transport | Variant | Runs | Events | Republished copies | %s | Duplicate effects | of them redeliveries | Lost | Skipped by the inbox | Drained |\n", kills)
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, kind := range c.Transports {
 		for _, v := range c.Variants {
@@ -341,6 +371,7 @@ func transportsReport(c transportsConfig, res []transportResult) string {
 				sum.Events += r.Events
 				sum.Copies += r.Copies
 				sum.Kills += r.Kills
+				sum.Unclean += r.Unclean
 				sum.Duplicates += r.Duplicates
 				sum.Losses += r.Losses
 				sum.Skipped += r.Skipped
@@ -352,6 +383,9 @@ func transportsReport(c transportsConfig, res []transportResult) string {
 				continue
 			}
 			kills := fmt.Sprint(sum.Kills)
+			if c.Stop == stopTerm {
+				kills = fmt.Sprintf("%d (%d)", sum.Kills, sum.Unclean)
+			}
 			if kind == goChannel {
 				kills = "none (in-process queue)"
 			}
@@ -376,6 +410,7 @@ func transportsCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&c.Events, "events", 2000, "distinct credit events per run")
 	fs.Float64Var(&c.DupRate, "dup-rate", 0.2, "share of events published twice, as a new message with the same event ID")
 	fs.IntVar(&c.Kills, "kills", 5, "hard kills per run (not for gochannel)")
+	stop := fs.String("stop", string(stopKill), "how each kill stops the consumer: kill (SIGKILL) or term (SIGTERM: a graceful close with handlers at work)")
 	fs.DurationVar(&c.MinWork, "min-work", 500*time.Millisecond, "shortest work before a kill")
 	fs.DurationVar(&c.MaxWork, "max-work", 2*time.Second, "longest work before a kill")
 	fs.DurationVar(&c.Sleep, "sleep", 5*time.Millisecond, "handler work per message")
@@ -399,6 +434,9 @@ func transportsCommand(ctx context.Context, args []string) error {
 		if v != inboxVariant && v != afterDB {
 			return fmt.Errorf("--variants: %s is not one of the matrix (inbox, after-db)", v)
 		}
+	}
+	if c.Stop = stopMode(*stop); c.Stop != stopKill && c.Stop != stopTerm {
+		return fmt.Errorf("--stop: %q is neither kill nor term", *stop)
 	}
 	if c.Runs < 1 || c.Events < 1 || c.MaxWork < c.MinWork || c.DupRate < 0 || c.DupRate > 1 {
 		return errors.New("--runs and --events must be positive, --max-work at least --min-work, --dup-rate within [0, 1]")

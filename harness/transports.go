@@ -16,6 +16,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,9 @@ type transportKind string
 const (
 	// kafkaTransport is watermill-kafka (Sarama) against kfake, as the other measurements run.
 	kafkaTransport transportKind = "kafka"
+	// kafkaPgxTransport is kafkaTransport with the consumer on pgx v5: pgxinbox over a pgxpool.Pool, the handler
+	// crediting on the pgx.Tx of pgxinbox.TxFromContext.
+	kafkaPgxTransport transportKind = "kafka-pgx"
 	// amqpTransport is watermill-amqp against RabbitMQ, with its durable-queue config.
 	amqpTransport transportKind = "amqp"
 	// natsTransport is watermill-nats in JetStream mode, a durable queue consumer with explicit, manual acks.
@@ -38,12 +42,20 @@ const (
 	// sqlV4Transport is watermill-sql v4's PostgreSQL pub/sub over its database/sql adapter (lib/pq); the inbox joins
 	// its subscriber transaction through pgxinbox's v4 joiner.
 	sqlV4Transport transportKind = "sql-v4"
+	// sqlV4PgxTransport is watermill-sql v4's PostgreSQL subscriber over its pgx adapter (BeginnerFromPgx), the
+	// consumer on pgx v5 throughout: pgxinbox.Database joins the subscriber's pgx.Tx, and the handler credits on it.
+	sqlV4PgxTransport transportKind = "sql-v4-pgx"
 	// goChannel is Watermill's in-process pub/sub: no kills, see runTransportCell.
 	goChannel transportKind = "gochannel"
 )
 
-// allTransports is the matrix's row order.
-var allTransports = []transportKind{kafkaTransport, amqpTransport, natsTransport, redisTransport, sqlV3Transport, sqlV4Transport, goChannel}
+// allTransports is the matrix's row order: each pgx cell right after its database/sql twin.
+var allTransports = []transportKind{kafkaTransport, kafkaPgxTransport, amqpTransport, natsTransport, redisTransport,
+	sqlV3Transport, sqlV4Transport, sqlV4PgxTransport, goChannel}
+
+// overPgx reports whether the cell's consumer reaches PostgreSQL through pgx v5 (a pgxpool.Pool, pgxinbox) instead
+// of database/sql. The broker side is its twin's: the harness publishes and counts the same way.
+func (k transportKind) overPgx() bool { return k == kafkaPgxTransport || k == sqlV4PgxTransport }
 
 func parseTransport(s string) (transportKind, error) {
 	for _, t := range allTransports {
@@ -104,7 +116,7 @@ type transport interface {
 // openTransport connects to kind's broker. A broker that does not answer is an error that says how to start it.
 func openTransport(ctx context.Context, kind transportKind, e *env, a transportAddrs) (transport, error) {
 	switch kind {
-	case kafkaTransport:
+	case kafkaTransport, kafkaPgxTransport:
 		return &kafkaMatrix{e: e}, nil
 	case amqpTransport:
 		return openAMQP(a.AMQP)
@@ -114,7 +126,7 @@ func openTransport(ctx context.Context, kind transportKind, e *env, a transportA
 		return openRedis(ctx, a.Redis)
 	case sqlV3Transport:
 		return openSQLV3(e.db)
-	case sqlV4Transport:
+	case sqlV4Transport, sqlV4PgxTransport:
 		return openSQLV4(e.db)
 	case goChannel:
 		return goChannelMatrix{}, nil
@@ -122,10 +134,11 @@ func openTransport(ctx context.Context, kind transportKind, e *env, a transportA
 	return nil, fmt.Errorf("no transport %q", kind)
 }
 
-// newTransportSubscriber is the consumer process's subscriber for its cell.
-func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, logger watermill.LoggerAdapter) (message.Subscriber, error) {
+// newTransportSubscriber is the consumer process's subscriber for its cell. db is nil in a pgx cell, pool in the
+// others.
+func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, pool *pgxpool.Pool, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	switch c.Transport {
-	case kafkaTransport:
+	case kafkaTransport, kafkaPgxTransport:
 		kc := consumerConfig{Name: c.Name, Session: defaultSession, Heartbeat: defaultHeartbeat, Rebalance: 2 * time.Second}
 		return kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               brokerList(c.Addr),
@@ -149,6 +162,8 @@ func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, logger waterm
 		return wsql.NewSubscriber(db, sqlV3SubscriberConfig(c.Run), logger)
 	case sqlV4Transport:
 		return wsql4.NewSubscriber(wsql4.BeginnerFromStdSQL(db), sqlV4SubscriberConfig(c.Run), logger)
+	case sqlV4PgxTransport:
+		return wsql4.NewSubscriber(wsql4.BeginnerFromPgx(pool), sqlV4SubscriberConfig(c.Run), logger)
 	}
 	return nil, fmt.Errorf("no subscriber for transport %q", c.Transport)
 }
@@ -424,7 +439,8 @@ func (s *sqlV3Matrix) remove(ctx context.Context, run string) error {
 }
 func (s *sqlV3Matrix) close() { _ = s.pub.Close() }
 
-// sqlV4Matrix is watermill-sql v4's PostgreSQL pub/sub over its database/sql adapter, in the harness's database.
+// sqlV4Matrix is watermill-sql v4's PostgreSQL pub/sub over its database/sql adapter, in the harness's database. It
+// serves sql-v4-pgx too: messages are rows whichever adapter wrote them, and only that cell's consumer reads over pgx.
 type sqlV4Matrix struct {
 	db  *sql.DB
 	pub *wsql4.Publisher
@@ -439,10 +455,18 @@ func openSQLV4(db *sql.DB) (*sqlV4Matrix, error) {
 	return &sqlV4Matrix{db: db, pub: pub}, nil
 }
 
+// sqlV4AckDeadline is how long v4's subscriber waits for a message's ack before it gives the message up (v4's
+// default, spelled out). When it passes, v4 ends its transaction from its own goroutine; over pgx nothing orders
+// that after the handler's statements on the same pgx.Tx, so it must stay above the longest handler, which
+// consume-transport checks.
+const sqlV4AckDeadline = 30 * time.Second
+
 // sqlV4SubscriberConfig polls every 20 ms, as sqlV3SubscriberConfig does.
 func sqlV4SubscriberConfig(group string) wsql4.SubscriberConfig {
+	ackDeadline := sqlV4AckDeadline
 	return wsql4.SubscriberConfig{
 		ConsumerGroup:    group,
+		AckDeadline:      &ackDeadline,
 		SchemaAdapter:    wsql4.DefaultPostgreSQLSchema{},
 		OffsetsAdapter:   wsql4.DefaultPostgreSQLOffsetsAdapter{},
 		InitializeSchema: true,

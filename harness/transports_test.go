@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 func TestTransports_InboxCreditsEachEventOnceOverEveryTransportAcrossKills(t *testing.T) {
 	e := setup(t)
 	logTo(t)
-	base := transportsConfig{Runs: 1, Events: 300, DupRate: 0.2, MinWork: 300 * time.Millisecond, MaxWork: 700 * time.Millisecond,
+	base := transportsConfig{Runs: 1, Events: 300, DupRate: 0.2, Stop: stopKill, MinWork: 300 * time.Millisecond, MaxWork: 700 * time.Millisecond,
 		Sleep: 3 * time.Millisecond, Settle: time.Second, Drain: 90 * time.Second, Seed: 1,
 		Addrs: transportAddrs{AMQP: defaultAMQPURL, NATS: defaultNATSURL, Redis: defaultRedisAddr}}
 	for _, kind := range allTransports {
@@ -110,5 +111,24 @@ func TestTransportEvents_RepublishesAShareUnderTheSameEventIDAsNewMessages(t *te
 	}
 	if twice != copies {
 		t.Fatalf("%d events published twice, %d copies reported", twice, copies)
+	}
+}
+
+func TestTransportsReport_ATermRunCountsItsStopsAndTheUncleanExits(t *testing.T) {
+	t.Parallel()
+	res := []transportResult{
+		{Transport: sqlV4PgxTransport, Variant: inboxVariant, Events: 100, Copies: 20, Kills: 5, Unclean: 2, Drained: true},
+		{Transport: sqlV4PgxTransport, Variant: inboxVariant, Events: 100, Copies: 20, Kills: 5, Unclean: 1, Drained: true},
+	}
+	c := transportsConfig{Transports: []transportKind{sqlV4PgxTransport}, Variants: []variant{inboxVariant}}
+	c.Stop = stopTerm
+	term := transportsReport(c, res)
+	if !strings.Contains(term, "| SIGTERM stops (unclean exits) |") || !strings.Contains(term, "| sql-v4-pgx | inbox | 2 | 200 | 40 | 10 (3) |") {
+		t.Fatalf("a term run's table does not count its stops and unclean exits:\n%s", term)
+	}
+	c.Stop = stopKill
+	kill := transportsReport(c, res)
+	if !strings.Contains(kill, "| Kills |") || !strings.Contains(kill, "| sql-v4-pgx | inbox | 2 | 200 | 40 | 10 |") {
+		t.Fatalf("a kill run's table is not the matrix's:\n%s", kill)
 	}
 }
