@@ -27,8 +27,8 @@ import (
 //     the way of a message without batching, as does every message of a batch whose claim failed.
 //  3. Run the handler. Its first use of the transaction waits for the connection, which one handler holds at a
 //     time, and sets its savepoint; it holds the connection until it returns. Work before that overlaps.
-//  4. On success, store the produced messages and release the savepoint; on an error or a panic, roll back to it
-//     and give the claim back, so that only this message is nacked, at once.
+//  4. On success, store the produced messages; on an error or a panic, roll back to the savepoint and give the
+//     claim back, so that only this message is nacked, at once.
 //  5. When every handler has finished, commit once; the handlers that succeeded return, and the router acks.
 //     A commit that fails nacks them all, and nothing of the batch is applied.
 
@@ -269,8 +269,8 @@ func (b *batch) apply(m *member) ([]*message.Message, error) {
 	return produced, err
 }
 
-// keep stores what m's handler produced and releases its savepoint; when the database refuses the produced
-// messages, it gives the claim back instead, and reports why.
+// keep stores what m's handler produced; when the database refuses the produced messages, it gives the claim back
+// instead, and reports why.
 func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error {
 	stampProduced(produced, b.consumer, m.id, b.i.cfg.idKey)
 	raw, err := encodeProduced(b.consumer, m.id, produced)
@@ -293,11 +293,9 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 		b.finished(nil)
 		return err
 	}
-	if t.savepoint {
-		if err := b.i.store.savepoint(b.ctx, b.tx, dialect.ReleaseSavepoint); err != nil {
-			b.breaks(fmt.Errorf("inbox: release the savepoint of %s/%s: %w", b.consumer, m.id, err))
-		}
-	}
+	// The savepoint is left as it is, not released: the next member's, of the same name, hides it, and a rollback
+	// goes to the newest. Releasing it would cost a round trip per message and free nothing, since PostgreSQL
+	// keeps a released subtransaction's ID with the transaction anyway.
 	b.conn.Unlock()
 	b.finished(m)
 	return nil
@@ -317,11 +315,7 @@ func (b *batch) giveBack(m *member, t *memberTx, cause error) {
 func (b *batch) undo(m *member, t *memberTx) {
 	defer b.conn.Unlock()
 	if t.savepoint {
-		err := b.i.store.savepoint(b.ctx, b.tx, dialect.RollbackSavepoint)
-		if err == nil {
-			err = b.i.store.savepoint(b.ctx, b.tx, dialect.ReleaseSavepoint)
-		}
-		if err != nil {
+		if err := b.i.store.savepoint(b.ctx, b.tx, dialect.RollbackSavepoint); err != nil {
 			b.breaks(fmt.Errorf("inbox: roll back to the savepoint of %s/%s: %w", b.consumer, m.id, err))
 			return
 		}

@@ -30,6 +30,7 @@ var cases = []struct {
 	{"AHandlerErrorRollsBackTheEffectAndTheClaim", aHandlerErrorRollsBack},
 	{"AHandlerPanicRollsBackTheEffectAndTheClaim", aHandlerPanicRollsBack},
 	{"RacingCopiesApplyOnce", racingCopiesApplyOnce},
+	{"BatchModeNacksOnlyTheFailingMessagesAndAppliesTheOthersOnce", batchMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"AMessageWithoutAnEventIDIsDeadLetteredAndAcked", noEventIDIsDeadLettered},
