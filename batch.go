@@ -160,6 +160,9 @@ type batch struct {
 	ctx      context.Context // the batch's own: no member's context ends it
 
 	conn sync.Mutex // the transaction's one connection: one member at a time
+	// solo is a batch of one: its member needs no savepoint, since a failure rolls back the whole transaction,
+	// which holds nothing else. A lone message so costs what it costs without batching.
+	solo bool
 
 	mu     sync.Mutex
 	left   int       // claimed members still running their handler
@@ -196,7 +199,8 @@ func (q *batchQueue) run(members []*member) {
 		goAlone(members)
 		return
 	}
-	b := &batch{i: i, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), done: make(chan struct{})}
+	b := &batch{i: i, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), solo: len(claimed) == 1,
+		done: make(chan struct{})}
 	owned := make(map[string]bool, len(claimed))
 	for _, id := range claimed {
 		owned[id] = true
@@ -314,6 +318,9 @@ func (b *batch) giveBack(m *member, t *memberTx, cause error) {
 // held. A statement that fails here leaves the transaction unusable, and the whole batch is rolled back.
 func (b *batch) undo(m *member, t *memberTx) {
 	defer b.conn.Unlock()
+	if b.solo {
+		return // the batch rolls back, having no member that succeeded
+	}
 	if t.savepoint {
 		if err := b.i.store.savepoint(b.ctx, b.tx, dialect.RollbackSavepoint); err != nil {
 			b.breaks(fmt.Errorf("inbox: roll back to the savepoint of %s/%s: %w", b.consumer, m.id, err))
@@ -365,7 +372,7 @@ type memberTx struct {
 func (t *memberTx) hold(withSavepoint bool) {
 	t.once.Do(func() {
 		t.b.conn.Lock()
-		if withSavepoint {
+		if withSavepoint && !t.b.solo {
 			t.err = t.b.i.store.savepoint(t.b.ctx, t.b.tx, dialect.SetSavepoint)
 			t.savepoint = t.err == nil
 		}

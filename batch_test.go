@@ -342,3 +342,35 @@ func TestBatch_OptionsAreChecked(t *testing.T) {
 		require.ErrorContains(t, err, "WithBatch")
 	}
 }
+
+func TestBatch_ALoneMessageThatFailsLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	// A batch of one sets no savepoint: its failure rolls back the whole transaction instead.
+	ib, b := setup(t, inbox.WithBatch(0, 8))
+	var calls atomic.Int64
+	credit := b.credit(1, &calls)
+	failing := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		tx, _ := inbox.TxFromContext(msg.Context())
+		_, err := tx.ExecContext(msg.Context(), `SELECT 1/0`) // a failed statement, after the write
+		return nil, err
+	})
+	_, err := failing(newMsg("evt-1"))
+	require.Error(t, err)
+	require.Zero(t, b.balance(t))
+	require.Zero(t, b.rows(t, "wallet-credits"))
+	require.Panics(t, func() {
+		_, _ = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			_, _ = credit(msg)
+			panic("after its write")
+		})(newMsg("evt-1"))
+	})
+	require.Zero(t, b.balance(t))
+	require.Zero(t, b.rows(t, "wallet-credits"))
+	_, err = ib.Middleware(credit)(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.Equal(t, 1, b.balance(t))
+	require.EqualValues(t, 3, calls.Load())
+}

@@ -156,3 +156,15 @@ func containsRun(lines, run []string) bool {
 	}
 	return false
 }
+
+func readmeBatch(router *message.Router, db *sql.DB, sub message.Subscriber, parse func(*message.Message) (int, int)) {
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithBatch(time.Millisecond, 64)))
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
+		amount, id := parse(msg)                    // work outside the database first: it overlaps with the batch's other handlers
+		tx, _ := inbox.TxFromContext(msg.Context()) // waits for the batch's transaction, then holds it
+		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+		return err
+	})
+}
+
+var _ = readmeBatch
