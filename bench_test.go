@@ -2,7 +2,6 @@ package inbox_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -75,57 +74,36 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 }
 
-// BenchmarkThroughput compares, at 1 to 64 messages in flight, a consumer without an inbox (bare: BEGIN, one
-// UPDATE, COMMIT), the inbox per message, and the inbox in batch mode, with a zero-work handler whose effect is
-// that UPDATE on one of 1,000 accounts. Read msgs/s as ratios within one run.
+// BenchmarkThroughput compares, at 1 to 64 messages in flight, a consumer without an inbox, the inbox per message
+// and the inbox in batch mode, over lib/pq (inboxtest.Throughput says how). Read msgs/s as ratios within one run.
 func BenchmarkThroughput(b *testing.B) {
 	_, tb := setup(b)
 	tb.db.SetMaxOpenConns(16)
-	ctx := context.Background()
-	if _, err := tb.db.ExecContext(ctx, `INSERT INTO `+tb.accounts+` SELECT g, 0 FROM generate_series(2, 1000) g`); err != nil {
+	const accounts = 1000
+	if _, err := tb.db.Exec(`INSERT INTO ` + tb.accounts + ` SELECT g, 0 FROM generate_series(2, 1000) g`); err != nil {
 		b.Fatal(err)
 	}
 	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = $1`
-	run := "r" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-	handler := func(msg *message.Message) ([]*message.Message, error) {
-		tx, _ := inbox.TxFromContext(msg.Context())
-		n, _ := strconv.Atoi(msg.Metadata.Get("n"))
-		_, err := tx.ExecContext(msg.Context(), effect, 1+n%1000)
-		return nil, err
-	}
-	modes := map[string][]inbox.Option{
-		"inbox": nil,
-		"batch": {inbox.WithBatch(0, inbox.MaxBatchSize)},
-	}
-	for _, inFlight := range inboxtest.InFlightCounts {
-		b.Run(fmt.Sprintf("bare/inflight=%d", inFlight), func(b *testing.B) {
-			inboxtest.InFlight(b, inFlight, func(i int) error {
-				tx, err := tb.db.BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				if _, err := tx.ExecContext(ctx, effect, 1+i%1000); err != nil {
-					_ = tx.Rollback()
-					return err
-				}
-				return tx.Commit()
-			})
-		})
-		for _, mode := range []string{"inbox", "batch"} {
-			ib, err := inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table), inbox.WithConsumer("bench-" + mode)}, modes[mode]...)...)
+	inboxtest.Throughput(b, inboxtest.ThroughputTarget{
+		Accounts: accounts,
+		Bare: func(ctx context.Context, account int) error {
+			tx, err := tb.db.BeginTx(ctx, nil)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			h := ib.Middleware(handler)
-			b.Run(fmt.Sprintf("%s/inflight=%d", mode, inFlight), func(b *testing.B) {
-				prefix := run + strconv.Itoa(inFlight) + "-" + strconv.Itoa(b.N) + "-"
-				inboxtest.InFlight(b, inFlight, func(i int) error {
-					msg := newMsg(prefix + strconv.Itoa(i))
-					msg.Metadata.Set("n", strconv.Itoa(i))
-					_, err := h(msg)
-					return err
-				})
-			})
-		}
-	}
+			if _, err := tx.ExecContext(ctx, effect, account); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		},
+		New: func(opts ...inbox.Option) (*inbox.Inbox, error) {
+			return inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table)}, opts...)...)
+		},
+		Effect: func(msg *message.Message, account int) error {
+			tx, _ := inbox.TxFromContext(msg.Context())
+			_, err := tx.ExecContext(msg.Context(), effect, account)
+			return err
+		},
+	})
 }

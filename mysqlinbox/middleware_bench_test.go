@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/mysqlinbox"
 )
 
@@ -76,5 +77,41 @@ func BenchmarkMiddleware_MariaDB(b *testing.B) {
 	run("lease", func(i int) error {
 		_, err := noop(newMsg(newID(i)))
 		return err
+	})
+}
+
+// BenchmarkThroughput_MariaDB is the root module's BenchmarkThroughput on MariaDB: a consumer without an inbox,
+// the inbox per message and in batch mode, at 1 to 64 messages in flight. Read msgs/s as ratios within one run.
+func BenchmarkThroughput_MariaDB(b *testing.B) {
+	tb := newBundle(b)
+	tb.db.SetMaxOpenConns(16)
+	const accounts = 1000
+	for n := 2; n <= accounts; n++ {
+		if _, err := tb.db.Exec(`INSERT INTO `+tb.accounts+` VALUES (?, 0)`, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = ?`
+	inboxtest.Throughput(b, inboxtest.ThroughputTarget{
+		Accounts: accounts,
+		Bare: func(ctx context.Context, account int) error {
+			tx, err := tb.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, effect, account); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		},
+		New: func(opts ...inbox.Option) (*inbox.Inbox, error) {
+			return mysqlinbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table)}, opts...)...)
+		},
+		Effect: func(msg *message.Message, account int) error {
+			tx, _ := inbox.TxFromContext(msg.Context())
+			_, err := tx.ExecContext(msg.Context(), effect, account)
+			return err
+		},
 	})
 }
