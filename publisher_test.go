@@ -3,9 +3,11 @@ package inbox_test
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -29,6 +31,32 @@ func TestEventIDPublisher(t *testing.T) {
 		msg.Metadata.Set("idempotency_key", "order-42-paid")
 		require.NoError(t, inbox.EventIDPublisher(rec, "idempotency_key").Publish("deposits", msg))
 		require.Equal(t, "order-42-paid", rec.messages("deposits")[0].Metadata.Get("idempotency_key"))
+	})
+
+	t.Run("StampsATimeOrderedUUIDv7WhenAsked", func(t *testing.T) {
+		t.Parallel()
+		rec := &recordingPublisher{}
+		pub := inbox.EventIDPublisher(rec, "", inbox.StampUUIDv7())
+		first, set := message.NewMessage(watermill.NewUUID(), nil), message.NewMessage(watermill.NewUUID(), nil)
+		set.Metadata.Set(inbox.DefaultIDMetadataKey, "order-42-paid")
+		require.NoError(t, pub.Publish("deposits", first, set))
+		time.Sleep(2 * time.Millisecond) // the next millisecond: v7 orders by it
+		second := message.NewMessage(watermill.NewUUID(), nil)
+		require.NoError(t, pub.Publish("deposits", second))
+		require.NoError(t, pub.Publish("deposits", first), "a retried publish of the same message")
+
+		sent := rec.messages("deposits")
+		require.Len(t, sent, 4)
+		ids := []string{sent[0].Metadata.Get(inbox.DefaultIDMetadataKey), sent[2].Metadata.Get(inbox.DefaultIDMetadataKey)}
+		for _, id := range ids {
+			u, err := uuid.Parse(id)
+			require.NoError(t, err)
+			require.EqualValues(t, 7, u.Version(), id)
+			require.NotEqual(t, first.UUID, id, "not the message's UUID")
+		}
+		require.Less(t, ids[0], ids[1], "time-ordered: a later message sorts after an earlier one")
+		require.Equal(t, "order-42-paid", sent[1].Metadata.Get(inbox.DefaultIDMetadataKey), "an ID the producer set is kept")
+		require.Equal(t, ids[0], sent[3].Metadata.Get(inbox.DefaultIDMetadataKey), "the retry carries the same ID")
 	})
 
 	t.Run("ARetriedPublishCarriesTheSameIDAndIsAppliedOnce", func(t *testing.T) {
