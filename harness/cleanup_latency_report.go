@@ -85,7 +85,15 @@ func latencyReport(c latencyConfig, samples []latencySample) string {
 		if busy := of(ss, func(s latencySample) float64 { return s.CPUBusy }); busy.Min >= 0 {
 			cpu = fmt.Sprintf("%.0f%%", busy.Median*100)
 		}
-		diag = append(diag, []string{sc.Name, topStates(claims), cmp.Or(topStates(clean), "–"), vac,
+		locked, claimSamples := 0, 0
+		for k, v := range claims {
+			claimSamples += v
+			if strings.HasPrefix(k, "Lock:") {
+				locked += v
+			}
+		}
+		diag = append(diag, []string{sc.Name, topStates(claims), fmt.Sprintf("%s of %s", thousands(float64(locked)),
+			thousands(float64(claimSamples))), cmp.Or(topStates(clean), "–"), vac,
 			fmt.Sprintf("%.0f MB", of(ss, func(s latencySample) float64 { return float64(s.WALBytes) / 1e6 }).Median),
 			fmt.Sprint(checkpoints), cpu})
 	}
@@ -101,14 +109,15 @@ func latencyReport(c latencyConfig, samples []latencySample) string {
 	}
 	b.WriteString("\nWhile the claims ran: what their backends were doing, by share of samples taken every " +
 		latencySampleEvery.String() + " (CPU: running with no wait event; client: idle in transaction, waiting for the " +
-		"claimer's next statement), the same for the cleanup's backend, autovacuum on the table, the WAL the whole server " +
-		"wrote (median per run), checkpoints started (all runs) and the machine's CPU busy time.\n\n")
-	b.WriteString(markdownTable([]string{"Scenario", "Claim backends", "Cleanup backend", "Autovacuum on the table",
+		"claimer's next statement; states under 1% left out), how many of those samples caught a claim waiting on a " +
+		"lock, the same states for the cleanup's backend, autovacuum on the table, the WAL the whole server wrote " +
+		"(median per run), checkpoints started (all runs) and the machine's CPU busy time.\n\n")
+	b.WriteString(markdownTable([]string{"Scenario", "Claim backends", "Claims on a lock", "Cleanup backend", "Autovacuum on the table",
 		"WAL written", "Checkpoints", "Machine CPU busy"}, diag))
 	return b.String()
 }
 
-// topStates lists the four commonest states of a count, by share: "CPU 61%, IO:WALSync 22%, ...".
+// topStates lists the states of a count that make 1% of it or more, commonest first: "CPU 61%, IO:WALSync 22%, ...".
 func topStates(m map[string]int) string {
 	total := 0
 	type kv struct {
@@ -122,8 +131,10 @@ func topStates(m map[string]int) string {
 	}
 	slices.SortFunc(all, func(a, b kv) int { return cmp.Or(b.v-a.v, strings.Compare(a.k, b.k)) })
 	var out []string
-	for _, e := range all[:min(4, len(all))] {
-		out = append(out, fmt.Sprintf("%s %d%%", e.k, percentOf(e.v, total)))
+	for _, e := range all {
+		if p := percentOf(e.v, total); p >= 1 {
+			out = append(out, fmt.Sprintf("%s %d%%", e.k, p))
+		}
 	}
 	return strings.Join(out, ", ")
 }
