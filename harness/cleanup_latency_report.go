@@ -85,15 +85,20 @@ func latencyReport(c latencyConfig, samples []latencySample) string {
 		if busy := of(ss, func(s latencySample) float64 { return s.CPUBusy }); busy.Min >= 0 {
 			cpu = fmt.Sprintf("%.0f%%", busy.Median*100)
 		}
-		locked, claimSamples := 0, 0
+		locked, claimSamples, locks := 0, 0, []string{}
 		for k, v := range claims {
 			claimSamples += v
 			if strings.HasPrefix(k, "Lock:") {
 				locked += v
+				locks = append(locks, fmt.Sprintf("%s %d", k, v))
 			}
 		}
-		diag = append(diag, []string{sc.Name, topStates(claims), fmt.Sprintf("%s of %s", thousands(float64(locked)),
-			thousands(float64(claimSamples))), cmp.Or(topStates(clean), "–"), vac,
+		onLock := fmt.Sprintf("%s of %s", thousands(float64(locked)), thousands(float64(claimSamples)))
+		if len(locks) > 0 {
+			slices.Sort(locks)
+			onLock += " (" + strings.Join(locks, ", ") + ")"
+		}
+		diag = append(diag, []string{sc.Name, topStates(claims), onLock, cmp.Or(topStates(clean), "–"), vac,
 			fmt.Sprintf("%.0f MB", of(ss, func(s latencySample) float64 { return float64(s.WALBytes) / 1e6 }).Median),
 			fmt.Sprint(checkpoints), cpu})
 	}

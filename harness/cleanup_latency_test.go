@@ -146,7 +146,7 @@ func TestLatencyReport_DividesEachRunsP99ByItsBaselineOfTheSameRun(t *testing.T)
 		"| batched delete | 1,000 | 500 | 1.00 ms | 4.00 (3.00–40.00) ms | 8.0 (6.0–80.0) ms |",
 		"1.50 (1.00–2.00) × idle | 2,000 | 0.5 s |",
 		"p99 batched delete / p99 idle: **1.50** (per run: 1.50, 2.00, 1.00)",
-		"| idle | CPU 75%, IO:WALSync 25% | 3 of 1,200 | – | none |", // the lock's 0.25% is counted, not listed
+		"| idle | CPU 75%, IO:WALSync 25% | 3 of 1,200 (Lock:transactionid 3) | – | none |", // 0.25%: named here only
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
