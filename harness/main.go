@@ -46,6 +46,13 @@ Commands:
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
   storage-mysql
               The inbox's bytes per row on MariaDB or MySQL (mysqlinbox), every index counted, beside PostgreSQL's.
+  cleanup-latency  What the inbox's retention cleanup costs the claims running beside it. --claimers
+              goroutines claim fresh messages through the middleware (one UPDATE per claim's transaction) and the
+              claim latency's p50, p99 and max are read per scenario: idle (a table of --rows expired rows, no
+              cleanup), batched delete (the same while inbox.Cleanup deletes them, with its rate and time) and
+              growth (10,000 rows against --growth-rows rows). Prints p99 during the cleanup over p99 idle and p99
+              of the large table over the small one, and what the backends waited on meanwhile. --short is the
+              form the harness's test runs, in seconds.
   transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
               (watermill-amqp), NATS JetStream (watermill-nats), Redis Streams (watermill-redisstream),
               watermill-sql v3's and v4's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a
@@ -86,6 +93,8 @@ func main() {
 		err = runStorage(args)
 	case "storage-mysql":
 		err = runStorageMySQL(args)
+	case "cleanup-latency":
+		err = cleanupLatencyCommand(ctx, args)
 	case "transports":
 		err = transportsCommand(ctx, args)
 	case "consume-transport":
