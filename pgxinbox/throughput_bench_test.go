@@ -1,0 +1,165 @@
+package pgxinbox_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
+)
+
+// BenchmarkThroughput sets the inbox on pgx v5 against the most PostgreSQL does for the same work, at 1, 4 and 8
+// messages in flight:
+//
+//	kind=ceiling     BEGIN; the claim's INSERT ... ON CONFLICT DO NOTHING; one UPDATE; COMMIT, sent with pgx
+//	                 directly, one statement per round trip and prepared, as pgbench -M prepared sends them
+//	kind=middleware  the same claim and UPDATE through pgxinbox's middleware, the UPDATE run by a handler on the
+//	                 pgx.Tx of pgxinbox.TxFromContext
+//
+// Each worker updates an account row of its own, so that in-flight messages do not queue on one row's lock. Besides
+// ns/op and allocs/op, each sub-benchmark reports msgs/s and rt/msg (round trips per message, counted on the
+// connections' sockets); the middleware's also reports x-ceiling, its msgs/s over the ceiling's run just before.
+// Other work on the same database shifts both kinds alike, so read ratios, never absolute rates. -count repeats
+// each sub-benchmark back to back, far apart from its counterpart; repeat whole runs instead, so that each ratio
+// compares neighbours:
+//
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench Throughput -benchmem .; done | tee tput.txt
+//	benchstat -col /kind tput.txt
+func BenchmarkThroughput(b *testing.B) {
+	var trips tripCounter
+	pool := openCountingPool(b, &trips, pgx.QueryExecModeCacheStatement)
+	bundle := newBundleOn(b, pool)
+	ctx := context.Background()
+	const maxInFlight = 8
+	if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1) g`, maxInFlight); err != nil {
+		b.Fatal(err)
+	}
+	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	// The dialect's claim, spelled out: the ceiling sends what the inbox sends.
+	claim := `INSERT INTO ` + bundle.table + ` (consumer, message_id, state) VALUES ($1, $2, $3)
+			ON CONFLICT (consumer, message_id) DO NOTHING
+			RETURNING true`
+
+	ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kinds := map[string]func(w int) func(ctx context.Context, id string) error{
+		"ceiling": func(w int) func(context.Context, string) error {
+			account := w + 1
+			return func(ctx context.Context, id string) error {
+				return ceilingMessage(ctx, pool, claim, update, id, account)
+			}
+		},
+		"middleware": func(w int) func(context.Context, string) error {
+			account := w + 1
+			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				tx, ok := pgxinbox.TxFromContext(msg.Context())
+				if !ok {
+					return nil, fmt.Errorf("no pgx transaction in the handler's context")
+				}
+				_, err := tx.Exec(msg.Context(), update, account)
+				return nil, err
+			})
+			return func(ctx context.Context, id string) error {
+				msg := message.NewMessage(id, nil)
+				msg.Metadata.Set(inbox.DefaultIDMetadataKey, id)
+				msg.SetContext(ctx)
+				_, err := h(msg)
+				return err
+			}
+		},
+	}
+
+	var runs atomic.Int64
+	for _, inflight := range []int{1, 4, 8} {
+		b.Run("inflight="+strconv.Itoa(inflight), func(b *testing.B) {
+			var ceiling float64 // msgs/s of the ceiling's last, reported, run
+			for _, kind := range []string{"ceiling", "middleware"} {
+				b.Run("kind="+kind, func(b *testing.B) {
+					prefix := fmt.Sprintf("%s-%d-%d-", kind, runs.Add(1), time.Now().UnixNano())
+					workers := make([]func(context.Context, string) error, inflight)
+					for w := range workers {
+						workers[w] = kinds[kind](w)
+					}
+					rate := driveInFlight(b, &trips, workers, prefix)
+					if kind == "ceiling" {
+						ceiling = rate
+					} else if ceiling > 0 {
+						b.ReportMetric(rate/ceiling, "x-ceiling")
+					}
+				})
+			}
+		})
+	}
+}
+
+// ceilingMessage is one message's work without the inbox, as PostgreSQL's own benchmark would send it: four
+// statements, four round trips, the claim and the UPDATE prepared by pgx's statement cache.
+func ceilingMessage(ctx context.Context, pool *pgxpool.Pool, claim, update, id string, account int) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	var claimed bool
+	if err := tx.QueryRow(ctx, claim, "bench-ceiling", id, "done").Scan(&claimed); err != nil {
+		_ = tx.Rollback(ctx)
+		return fmt.Errorf("claim: %w", err)
+	}
+	if _, err := tx.Exec(ctx, update, account); err != nil {
+		_ = tx.Rollback(ctx)
+		return fmt.Errorf("update: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// driveInFlight runs b.N messages through workers, each worker one message in flight at a time, and reports msgs/s
+// and the round trips per message. It returns the rate.
+func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Context, string) error, prefix string) float64 {
+	b.ReportAllocs()
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(workers))
+	trips.reset()
+	b.ResetTimer()
+	start := time.Now()
+	for _, work := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, len(prefix)+20)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				buf = strconv.AppendInt(append(buf[:0], prefix...), i, 10)
+				if err := work(ctx, string(buf)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	rate := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(rate, "msgs/s")
+	b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "rt/msg")
+	return rate
+}
