@@ -26,8 +26,11 @@ import (
 //	                 pgx.Tx of pgxinbox.TxFromContext
 //
 // Each worker updates an account row of its own, so that in-flight messages do not queue on one row's lock. Besides
-// ns/op and allocs/op, each sub-benchmark reports msgs/s and rt/msg (round trips per message, counted on the
-// connections' sockets); the middleware's also reports x-ceiling, its msgs/s over the ceiling's run just before.
+// ns/op and allocs/op, each sub-benchmark reports msgs/s, rt/msg (round trips per message, counted on the
+// connections' sockets) and cpu-µs/msg (the process's user and system CPU time per message, the client's cost
+// where PostgreSQL runs on another machine); the middleware's also reports x-ceiling, its msgs/s over the
+// ceiling's run just before. wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its
+// round trips; with -v it is told apart by the kind of round trip (BEGIN, COMMIT, one statement, a pipeline).
 // Other work on the same database shifts both kinds alike, so read ratios, never absolute rates. -count repeats
 // each sub-benchmark back to back, far apart from its counterpart; repeat whole runs instead, so that each ratio
 // compares neighbours:
@@ -132,6 +135,7 @@ func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Cont
 	errs := make(chan error, len(workers))
 	trips.reset()
 	b.ResetTimer()
+	cpu0, cpuKnown := processCPU()
 	start := time.Now()
 	for _, work := range workers {
 		wg.Add(1)
@@ -153,6 +157,7 @@ func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Cont
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
 	b.StopTimer()
 	close(errs)
 	if err := <-errs; err != nil {
@@ -161,5 +166,17 @@ func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Cont
 	rate := float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "rt/msg")
+	b.ReportMetric(float64(trips.waitedTotal().Microseconds())/float64(b.N), "wait-µs/msg")
+	if testing.Verbose() {
+		for k := range turnKinds {
+			if n := trips.turns[k].Load(); n > 0 {
+				b.ReportMetric(float64(n)/float64(b.N), turnKindNames[k]+"-rt/msg")
+				b.ReportMetric(float64(time.Duration(trips.waited[k].Load()).Microseconds())/float64(b.N), turnKindNames[k]+"-wait-µs/msg")
+			}
+		}
+	}
+	if cpuKnown {
+		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+	}
 	return rate
 }
