@@ -141,12 +141,22 @@ func (cc *countedConn) Read(p []byte) (int, error) {
 // openCountingPool is openPoolIn with every connection's round trips counted by trips.
 func openCountingPool(t testing.TB, trips *tripCounter, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
+	return openCountingPoolWith(t, trips, mode, nil)
+}
+
+// openCountingPoolWith is openCountingPool with settings for every session of the pool (params, such as
+// synchronous_commit).
+func openCountingPoolWith(t testing.TB, trips *tripCounter, mode pgx.QueryExecMode, params map[string]string) *pgxpool.Pool {
+	t.Helper()
 	needsDB(t)
 	cfg, err := pgxpool.ParseConfig(testDSN())
 	require.NoError(t, err)
 	cfg.MaxConns = 10
 	cfg.ConnConfig.DefaultQueryExecMode = mode
 	cfg.ConnConfig.DialFunc = trips.dial
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
