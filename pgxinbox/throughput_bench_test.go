@@ -24,15 +24,17 @@ import (
 //	                 directly, one statement per round trip and prepared, as pgbench -M prepared sends them
 //	kind=middleware  the same claim and UPDATE through pgxinbox's middleware, the UPDATE run by a handler on the
 //	                 pgx.Tx of pgxinbox.TxFromContext
+//	kind=middleware-begintx  the same over a Beginner that is not a pool, whose transactions begin with pgx's own
+//	                 BeginTx: BEGIN is a round trip of its own instead of travelling with the claim
 //
 // Each worker updates an account row of its own, so that in-flight messages do not queue on one row's lock. Besides
 // ns/op and allocs/op, each sub-benchmark reports msgs/s, rt/msg (round trips per message, counted on the
 // connections' sockets) and cpu-µs/msg (the process's user and system CPU time per message, the client's cost
-// where PostgreSQL runs on another machine); the middleware's also reports x-ceiling, its msgs/s over the
-// ceiling's run just before. wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its
+// where PostgreSQL runs on another machine); each middleware also reports x-ceiling, its msgs/s over the
+// ceiling's run just before it. wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its
 // round trips; with -v it is told apart by the kind of round trip (BEGIN, COMMIT, one statement, a pipeline).
-// Other work on the same database shifts both kinds alike, so read ratios, never absolute rates. -count repeats
-// each sub-benchmark back to back, far apart from its counterpart; repeat whole runs instead, so that each ratio
+// Other work on the same database shifts every kind alike, so read ratios, never absolute rates. -count repeats
+// each sub-benchmark back to back, far apart from its counterparts; repeat whole runs instead, so that each ratio
 // compares neighbours:
 //
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench Throughput -benchmem .; done | tee tput.txt
@@ -65,14 +67,14 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	kinds := map[string]func(w int) func(ctx context.Context, id string) error{
-		"ceiling": func(w int) func(context.Context, string) error {
-			account := w + 1
-			return func(ctx context.Context, id string) error {
-				return ceilingMessage(ctx, pool, claim, update, id, account)
-			}
-		},
-		"middleware": func(w int) func(context.Context, string) error {
+	// The same inbox over a Beginner that is not a pool: its transactions begin with pgx's own BeginTx, BEGIN a
+	// round trip of its own.
+	beginTx, err := pgxinbox.New(beginTxOnly{pool}, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware-begintx"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	handle := func(ib *inbox.Inbox) func(w int) func(context.Context, string) error {
+		return func(w int) func(context.Context, string) error {
 			account := w + 1
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				tx, ok := pgxinbox.TxFromContext(msg.Context())
@@ -89,14 +91,24 @@ func benchThroughput(b *testing.B, params map[string]string) {
 				_, err := h(msg)
 				return err
 			}
+		}
+	}
+	kinds := map[string]func(w int) func(ctx context.Context, id string) error{
+		"ceiling": func(w int) func(context.Context, string) error {
+			account := w + 1
+			return func(ctx context.Context, id string) error {
+				return ceilingMessage(ctx, pool, claim, update, id, account)
+			}
 		},
+		"middleware-begintx": handle(beginTx),
+		"middleware":         handle(ib),
 	}
 
 	var runs atomic.Int64
 	for _, inflight := range []int{1, 4, 8} {
 		b.Run("inflight="+strconv.Itoa(inflight), func(b *testing.B) {
 			var ceiling float64 // msgs/s of the ceiling's last, reported, run
-			for _, kind := range []string{"ceiling", "middleware"} {
+			for _, kind := range []string{"ceiling", "middleware-begintx", "middleware"} {
 				b.Run("kind="+kind, func(b *testing.B) {
 					prefix := fmt.Sprintf("%s-%d-%d-", kind, runs.Add(1), time.Now().UnixNano())
 					workers := make([]func(context.Context, string) error, inflight)
@@ -113,6 +125,13 @@ func benchThroughput(b *testing.B, params map[string]string) {
 			}
 		})
 	}
+}
+
+// beginTxOnly hides all of a pool but BeginTx.
+type beginTxOnly struct{ p *pgxpool.Pool }
+
+func (b beginTxOnly) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	return b.p.BeginTx(ctx, opts)
 }
 
 // ceilingMessage is one message's work without the inbox, as PostgreSQL's own benchmark would send it: four
