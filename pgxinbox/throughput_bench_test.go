@@ -115,7 +115,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 					for w := range workers {
 						workers[w] = kinds[kind](w)
 					}
-					rate := driveInFlight(b, &trips, workers, prefix)
+					rate := driveInFlight(b, &trips, workers, prefix, nil)
 					if kind == "ceiling" {
 						ceiling = rate
 					} else if ceiling > 0 {
@@ -123,8 +123,51 @@ func benchThroughput(b *testing.B, params map[string]string) {
 					}
 				})
 			}
+			b.Run("kind=interleaved", func(b *testing.B) {
+				interleaved(b, &trips, kinds, inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
+			})
 		})
 	}
+}
+
+// interleaved runs the kinds in turn on each worker, message by message, and times each message: whatever else
+// loads the machine meanwhile loads every kind alike, which back-to-back runs of seconds each cannot promise. With
+// every worker busy all along, a kind's msgs/s is the in-flight count over its mean time per message, so the ratio
+// of two kinds' rates is the inverse ratio of their mean times; it reports each kind's µs/msg and each
+// middleware's x-ceiling from them. Its msgs/s, rt/msg and allocs/op are those of the mix.
+func interleaved(b *testing.B, trips *tripCounter, kinds map[string]func(w int) func(context.Context, string) error, inflight int, prefix string) {
+	names := []string{"ceiling", "middleware-begintx", "middleware"}
+	var spent, count [3]atomic.Int64
+	workers := make([]func(context.Context, string) error, inflight)
+	for w := range workers {
+		var own [3]func(context.Context, string) error
+		for k, name := range names {
+			own[k] = kinds[name](w)
+		}
+		turn := w
+		workers[w] = func(ctx context.Context, id string) error {
+			k := turn % len(names)
+			turn++
+			start := time.Now()
+			err := own[k](ctx, id)
+			spent[k].Add(int64(time.Since(start)))
+			count[k].Add(1)
+			return err
+		}
+	}
+	driveInFlight(b, trips, workers, prefix, func() {
+		for k := range names {
+			spent[k].Store(0)
+			count[k].Store(0)
+		}
+	})
+	var mean [3]float64
+	for k, name := range names {
+		mean[k] = float64(spent[k].Load()) / float64(max(count[k].Load(), 1))
+		b.ReportMetric(mean[k]/1e3, name+"-µs/msg")
+	}
+	b.ReportMetric(mean[0]/mean[1], "begintx-x-ceiling")
+	b.ReportMetric(mean[0]/mean[2], "middleware-x-ceiling")
 }
 
 // beginTxOnly hides all of a pool but BeginTx.
@@ -154,8 +197,8 @@ func ceilingMessage(ctx context.Context, pool *pgxpool.Pool, claim, update, id s
 }
 
 // driveInFlight runs b.N messages through workers, each worker one message in flight at a time, and reports msgs/s
-// and the round trips per message. It returns the rate.
-func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Context, string) error, prefix string) float64 {
+// and the round trips per message. It returns the rate. started, if not nil, is called as the clock starts.
+func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Context, string) error, prefix string, started func()) float64 {
 	b.ReportAllocs()
 	ctx := context.Background()
 	var next atomic.Int64
@@ -179,6 +222,9 @@ func driveInFlight(b *testing.B, trips *tripCounter, workers []func(context.Cont
 	default:
 	}
 	trips.reset()
+	if started != nil {
+		started()
+	}
 	b.ResetTimer()
 	cpu0, cpuKnown := processCPU()
 	start := time.Now()
