@@ -5,12 +5,18 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // Beginner begins pgx transactions: *pgxpool.Pool does, and so does *pgx.Conn, which serves one message at a time
 // since a connection runs one statement at a time (give the inbox a pool when handlers run concurrently).
+//
+// On a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn the inbox does not call BeginTx: it takes a connection and
+// sends BEGIN together with the transaction's first statement, the claim, saving a round trip per message (see
+// deferredTx). The handler's pgx.Tx behaves as pgx's own. Any other Beginner's transactions begin as it begins
+// them.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
@@ -24,7 +30,24 @@ func Tx(tx pgx.Tx) driver.Tx { return pgxTx{tx} }
 
 type pool struct{ b Beginner }
 
+// acquirer is what a pool of connections offers: *pgxpool.Pool.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
 func (p pool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	switch b := p.b.(type) {
+	case acquirer:
+		c, err := b.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return (*deferredView)(newDeferredTx(c.Conn(), c, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
+	case *pgxpool.Conn:
+		return (*deferredView)(newDeferredTx(b.Conn(), nil, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
+	case *pgx.Conn:
+		return (*deferredView)(newDeferredTx(b, nil, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
+	}
 	var o pgx.TxOptions
 	if opts.ReadCommitted {
 		o.IsoLevel = pgx.ReadCommitted
@@ -65,6 +88,45 @@ func (t pgxTx) Commit(ctx context.Context) error   { return txDone(t.tx.Commit(c
 func (t pgxTx) Rollback(ctx context.Context) error { return txDone(t.tx.Rollback(ctx)) }
 func (t pgxTx) Native() any                        { return t.tx }
 
+// deferredView is the inbox's view of a deferredTx. It is the same memory under another method set, so the inbox
+// gets its driver.Tx, and the claim its row, without an allocation of their own.
+type deferredView deferredTx
+
+func (t *deferredView) tx() *deferredTx { return (*deferredTx)(t) }
+
+func (t *deferredView) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx().Exec(ctx, query, args...)
+	if err != nil {
+		return 0, txDone(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t *deferredView) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	r := t.tx().QueryRow(ctx, query, args...)
+	if first, ok := r.(*firstRow); ok {
+		return (*firstRowView)(first)
+	}
+	return row{r}
+}
+
+func (t *deferredView) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	r, err := t.tx().Query(ctx, query, args...)
+	if err != nil {
+		return nil, txDone(err)
+	}
+	return rows{r}, nil
+}
+
+func (t *deferredView) Commit(ctx context.Context) error   { return txDone(t.tx().Commit(ctx)) }
+func (t *deferredView) Rollback(ctx context.Context) error { return txDone(t.tx().Rollback(ctx)) }
+func (t *deferredView) Native() any                        { return t.tx() }
+
+// firstRowView is the inbox's view of the row of a transaction's first statement.
+type firstRowView firstRow
+
+func (r *firstRowView) Scan(dest ...any) error { return noRows((*firstRow)(r).Scan(dest...)) }
+
 // txDone translates pgx's error for a transaction that already ended into the one the inbox branches on.
 func txDone(err error) error {
 	if errors.Is(err, pgx.ErrTxClosed) {
@@ -75,8 +137,10 @@ func txDone(err error) error {
 
 type row struct{ r pgx.Row }
 
-func (r row) Scan(dest ...any) error {
-	err := r.r.Scan(dest...)
+func (r row) Scan(dest ...any) error { return noRows(r.r.Scan(dest...)) }
+
+// noRows translates pgx's error for a query that returned no row into the one the inbox branches on.
+func noRows(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return driver.ErrNoRows
 	}

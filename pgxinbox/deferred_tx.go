@@ -1,0 +1,469 @@
+package pgxinbox
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strconv"
+	"unsafe"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// deferredTx is a pgx transaction whose BEGIN waits for the transaction's first statement and goes to the server
+// in one pipeline with it. The inbox's message costs BEGIN, the claim, the handler's statements and COMMIT; with
+// pgx's own transaction BEGIN is a round trip of its own, here it rides with the claim. PostgreSQL takes a
+// transaction's snapshot at its first statement, not at BEGIN, and holds no lock for a bare BEGIN, so the
+// transaction sees and locks exactly what it would have.
+//
+// Why this shape, among what pgx v5.8.0 offers:
+//   - TxOptions.BeginQuery only replaces BEGIN's text: Conn.BeginTx still runs it on its own, without arguments, so
+//     the claim could join it only with its values spliced into the SQL and no prepared statement, and BeginTx
+//     closes the connection when that query fails, as a claim may.
+//   - pgconn's pipeline mode is the wire protocol wanted, but using it directly would mean redoing what pgx.Conn
+//     does above it: the statement and description caches, argument encoding, the query exec modes.
+//   - Conn.SendBatch is that pipeline with all of pgx.Conn: a batch of BEGIN and the first statement is one write
+//     and one sync, prepared by the statement cache, or described by the description cache when the connection's
+//     default_query_exec_mode is cache_describe (behind pgbouncer); in simple_protocol both travel in one query
+//     string. So the first statement goes out as a two-query batch.
+//
+// pgx makes its own transaction type only in Conn.BeginTx, which sends BEGIN at once, so deferredTx implements
+// pgx.Tx itself, keeping the behaviour of pgx's: savepoints named sp_1, sp_2, ... for Begin; ErrTxClosed after the
+// end; ErrTxCommitRollback when COMMIT finds the transaction failed; a connection whose COMMIT or ROLLBACK failed is
+// closed rather than reused. Only Exec and QueryRow carry BEGIN with them, and only with arguments (without any,
+// pgx sends a statement in the simple protocol, which may hold several statements no batch could prepare); any
+// other first use (Query, SendBatch, CopyFrom, Prepare, Begin, LargeObjects) sends BEGIN alone first, as pgx does.
+// A tracer sees the first statement as a batch of two. One difference remains: pgx closes the connection of a batch
+// one of whose arguments it cannot encode once it queued part of it, here BEGIN, where its own transaction would
+// stay usable; the inbox's first statements send strings and numbers, which always encode.
+//
+// A deferredTx is not safe for concurrent use, as no pgx transaction is.
+type deferredTx struct {
+	conn   *pgx.Conn
+	pooled *pgxpool.Conn // returned to its pool when the transaction ends; nil for a connection the caller holds
+	begin  string        // the BEGIN statement, with the options' isolation level and access mode
+	state  txState
+
+	savepoints int64 // savepoints made so far, for their names
+
+	// The first statement's batch and row, kept here because a transaction sends one first statement: no
+	// allocation of their own.
+	batch  pgx.Batch
+	queued [2]pgx.QueuedQuery
+	queue  [2]*pgx.QueuedQuery
+	first  firstRow
+}
+
+type txState uint8
+
+const (
+	// pending: BEGIN has not run; Commit and Rollback have nothing to end.
+	pending txState = iota
+	// begun: BEGIN ran on the server, which holds the transaction, running or failed.
+	begun
+	// failedFirst: the server refused the first statement (it could not prepare it) before BEGIN ran. With pgx's
+	// own transaction that refusal would have failed the transaction; this state keeps the same contract: later
+	// statements fail and Commit reports ErrTxCommitRollback.
+	failedFirst
+	// closed: Commit or Rollback was called.
+	closed
+)
+
+// BEGIN statements for the options the inbox asks for, spelled as pgx.TxOptions spells them.
+const (
+	beginDefault            = "begin"
+	beginReadCommitted      = "begin isolation level read committed"
+	beginReadOnly           = "begin read only"
+	beginReadCommittedRO    = "begin isolation level read committed read only"
+	savepointNamePrefix     = "sp_"
+	commitSQL, rollbackSQL  = "commit", "rollback"
+	releaseSavepointPrefix  = "release savepoint " + savepointNamePrefix
+	rollbackSavepointPrefix = "rollback to savepoint " + savepointNamePrefix
+)
+
+func beginSQL(readCommitted, readOnly bool) string {
+	switch {
+	case readCommitted && readOnly:
+		return beginReadCommittedRO
+	case readCommitted:
+		return beginReadCommitted
+	case readOnly:
+		return beginReadOnly
+	}
+	return beginDefault
+}
+
+func newDeferredTx(conn *pgx.Conn, pooled *pgxpool.Conn, begin string) *deferredTx {
+	return &deferredTx{conn: conn, pooled: pooled, begin: begin}
+}
+
+// errAborted returns what PostgreSQL answers a statement in a failed transaction; a transaction whose first
+// statement was refused before BEGIN ran answers it too, as pgx's own would have got it from the server.
+func errAborted() error {
+	return &pgconn.PgError{
+		Severity: "ERROR",
+		Code:     "25P02",
+		Message:  "current transaction is aborted, commands ignored until end of transaction block",
+	}
+}
+
+// usable reports why no statement may run, if one may not.
+func (t *deferredTx) usable() error {
+	switch t.state {
+	case closed:
+		return pgx.ErrTxClosed
+	case failedFirst:
+		return errAborted()
+	}
+	return nil
+}
+
+// ensureBegun sends BEGIN on its own, for a first statement that cannot carry it.
+func (t *deferredTx) ensureBegun(ctx context.Context) error {
+	if err := t.usable(); err != nil || t.state == begun {
+		return err
+	}
+	if _, err := t.conn.Exec(ctx, t.begin); err != nil {
+		// As pgx.Conn.BeginTx: a failed BEGIN leaves the connection in doubt, so it is not reused.
+		closeNow(t.conn)
+		return err
+	}
+	t.state = begun
+	return nil
+}
+
+// carriesBegin reports whether a first statement with args can go in one batch with BEGIN: it needs arguments
+// (see deferredTx), and none of the options a batch does not take (a query rewriter such as pgx.NamedArgs it does).
+func carriesBegin(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
+}
+
+// withBegin returns the batch of BEGIN and the first statement.
+func (t *deferredTx) withBegin(sql string, args []any) *pgx.Batch {
+	t.queued[0] = pgx.QueuedQuery{SQL: t.begin}
+	t.queued[1] = pgx.QueuedQuery{SQL: sql, Arguments: args}
+	t.queue = [2]*pgx.QueuedQuery{&t.queued[0], &t.queued[1]}
+	t.batch.QueuedQueries = t.queue[:]
+	return &t.batch
+}
+
+// sent records what the first statement's batch did, from the server's own transaction status: BEGIN ran
+// (whatever became of the statement), or it did not and the server refused the statement (a statement it
+// cannot prepare fails before anything runs), or nothing reached the server (an argument pgx cannot encode), and
+// the transaction is as new.
+func (t *deferredTx) sent(err error) {
+	switch t.conn.PgConn().TxStatus() {
+	case 'T', 'E':
+		t.state = begun
+	default:
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+			t.state = failedFirst
+		}
+	}
+}
+
+// Exec runs sql in the transaction; the first statement carries BEGIN.
+func (t *deferredTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.state == pending && carriesBegin(args) {
+		br := t.conn.SendBatch(ctx, t.withBegin(sql, args))
+		_, err := br.Exec()
+		var tag pgconn.CommandTag
+		if err == nil {
+			tag, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		t.sent(err)
+		return tag, err
+	}
+	if err := t.ensureBegun(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the transaction; the first statement carries BEGIN, and its row is read when scanned.
+func (t *deferredTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.state == pending && carriesBegin(args) {
+		br := t.conn.SendBatch(ctx, t.withBegin(sql, args))
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close() // reports err again
+			t.sent(err)
+			return errRow{err}
+		}
+		t.first = firstRow{t: t, br: br, row: br.QueryRow()}
+		return &t.first
+	}
+	if err := t.ensureBegun(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+// firstRow is the row of a first statement sent with BEGIN: scanning it ends the batch.
+type firstRow struct {
+	t   *deferredTx
+	br  pgx.BatchResults
+	row pgx.Row
+}
+
+func (r *firstRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	r.t.sent(err)
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// Query runs sql in the transaction, after BEGIN if it is the first statement. As pgx's, it returns rows even
+// with an error, which they report too, so that pgx.CollectRows(tx.Query(...)) works either way.
+func (t *deferredTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.ensureBegun(ctx); err != nil {
+		return errRows{t.conn, err}, err
+	}
+	return t.conn.Query(ctx, sql, args...)
+}
+
+// SendBatch sends b in the transaction, after BEGIN if it is the first use.
+func (t *deferredTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.ensureBegun(ctx); err != nil {
+		return errBatch{t.conn, err}
+	}
+	return t.conn.SendBatch(ctx, b)
+}
+
+// CopyFrom copies rows in the transaction, after BEGIN if it is the first use.
+func (t *deferredTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.ensureBegun(ctx); err != nil {
+		return 0, err
+	}
+	return t.conn.CopyFrom(ctx, table, columns, src)
+}
+
+// Prepare prepares sql on the transaction's connection, after BEGIN if it is the first use.
+func (t *deferredTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.ensureBegun(ctx); err != nil {
+		return nil, err
+	}
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+// LargeObjects returns the large objects API over the transaction. Its calls go through the transaction's Exec and
+// QueryRow, so the first of them carries BEGIN if nothing else ran.
+func (t *deferredTx) LargeObjects() pgx.LargeObjects { return largeObjects(t) }
+
+// Conn returns the connection the transaction runs on.
+func (t *deferredTx) Conn() *pgx.Conn { return t.conn }
+
+// Begin starts a pseudo nested transaction, a savepoint, as pgx's own transaction does.
+func (t *deferredTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.ensureBegun(ctx); err != nil {
+		return nil, err
+	}
+	t.savepoints++
+	n := strconv.FormatInt(t.savepoints, 10)
+	if _, err := t.conn.Exec(ctx, "savepoint "+savepointNamePrefix+n); err != nil {
+		return nil, err
+	}
+	return &savepoint{tx: t, name: n}, nil
+}
+
+// Commit commits the transaction, and returns its connection to the pool.
+func (t *deferredTx) Commit(ctx context.Context) error {
+	if t.state == closed {
+		return pgx.ErrTxClosed
+	}
+	defer t.end()
+	switch {
+	case t.state == pending && !t.conn.IsClosed():
+		return nil // nothing ran: nothing to commit (a closed connection reports itself below, as pgx's would)
+	case t.state == failedFirst:
+		return pgx.ErrTxCommitRollback
+	}
+	tag, err := t.conn.Exec(ctx, commitSQL)
+	if err != nil {
+		if t.conn.PgConn().TxStatus() != 'I' {
+			_ = t.conn.Close(ctx) // the error to report is err
+		}
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// Rollback rolls the transaction back, and returns its connection to the pool. It is safe to call after Commit,
+// when it returns ErrTxClosed.
+func (t *deferredTx) Rollback(ctx context.Context) error {
+	if t.state == closed {
+		return pgx.ErrTxClosed
+	}
+	defer t.end()
+	if t.state != begun {
+		return nil
+	}
+	if _, err := t.conn.Exec(ctx, rollbackSQL); err != nil {
+		closeNow(t.conn) // a failed ROLLBACK leaves the connection in an unknown state
+		return err
+	}
+	return nil
+}
+
+func (t *deferredTx) end() {
+	t.state = closed
+	t.first = firstRow{}
+	t.batch.QueuedQueries = nil
+	t.queued = [2]pgx.QueuedQuery{}
+	if t.pooled != nil {
+		t.pooled.Release() // the pool closes a connection left busy, closed or in a transaction
+		t.pooled = nil
+	}
+}
+
+// closeNow closes conn without waiting on the server, as pgx closes a connection it no longer trusts.
+func closeNow(conn *pgx.Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = conn.Close(ctx)
+}
+
+// savepoint is a pseudo nested transaction of a deferredTx, as pgx's own transaction makes them.
+type savepoint struct {
+	tx     *deferredTx
+	name   string // the savepoint's number
+	closed bool
+}
+
+func (sp *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
+	if sp.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return sp.tx.Begin(ctx)
+}
+
+// Commit releases the savepoint.
+func (sp *savepoint) Commit(ctx context.Context) error {
+	if sp.closed {
+		return pgx.ErrTxClosed
+	}
+	_, err := sp.Exec(ctx, releaseSavepointPrefix+sp.name)
+	sp.closed = true
+	return err
+}
+
+// Rollback rolls back to the savepoint.
+func (sp *savepoint) Rollback(ctx context.Context) error {
+	if sp.closed {
+		return pgx.ErrTxClosed
+	}
+	_, err := sp.Exec(ctx, rollbackSavepointPrefix+sp.name)
+	sp.closed = true
+	return err
+}
+
+func (sp *savepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if sp.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return sp.tx.Exec(ctx, sql, args...)
+}
+
+func (sp *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if sp.closed {
+		return errRow{pgx.ErrTxClosed}
+	}
+	return sp.tx.QueryRow(ctx, sql, args...)
+}
+
+func (sp *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if sp.closed {
+		return errRows{sp.tx.conn, pgx.ErrTxClosed}, pgx.ErrTxClosed
+	}
+	return sp.tx.Query(ctx, sql, args...)
+}
+
+func (sp *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if sp.closed {
+		return errBatch{sp.tx.conn, pgx.ErrTxClosed}
+	}
+	return sp.tx.SendBatch(ctx, b)
+}
+
+func (sp *savepoint) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if sp.closed {
+		return 0, pgx.ErrTxClosed
+	}
+	return sp.tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (sp *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if sp.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return sp.tx.Prepare(ctx, name, sql)
+}
+
+func (sp *savepoint) LargeObjects() pgx.LargeObjects { return largeObjects(sp) }
+func (sp *savepoint) Conn() *pgx.Conn                { return sp.tx.Conn() }
+
+// errBatch is the results of a batch that could not be sent.
+type errBatch struct {
+	conn *pgx.Conn
+	err  error
+}
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return errRows(b), b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
+func (b errBatch) Close() error                     { return b.err }
+
+// errRows is the rows of a query that could not be sent: none, and the reason.
+type errRows struct {
+	conn *pgx.Conn
+	err  error
+}
+
+func (r errRows) Close()                                       {}
+func (r errRows) Err() error                                   { return r.err }
+func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r errRows) Next() bool                                   { return false }
+func (r errRows) Scan(...any) error                            { return r.err }
+func (r errRows) Values() ([]any, error)                       { return nil, r.err }
+func (r errRows) RawValues() [][]byte                          { return nil }
+func (r errRows) Conn() *pgx.Conn                              { return r.conn }
+
+// largeObjects returns pgx's large objects API running its calls on tx. pgx.LargeObjects is a struct whose one
+// field, the transaction, pgx leaves unexported and fills in only for its own transaction types; a transaction
+// implemented outside pgx can build one only by writing that field through its known layout. The layout is checked
+// once, and a pgx whose LargeObjects looks otherwise gets a panic with the reason, never a misread memory.
+func largeObjects(tx pgx.Tx) pgx.LargeObjects {
+	if !largeObjectsLayoutKnown {
+		panic("pgxinbox: this version of pgx lays out pgx.LargeObjects differently; LargeObjects is unavailable on the inbox's transaction")
+	}
+	lo := largeObjectsLayout{tx: tx}
+	return *(*pgx.LargeObjects)(unsafe.Pointer(&lo))
+}
+
+type largeObjectsLayout struct{ tx pgx.Tx }
+
+var largeObjectsLayoutKnown = func() bool {
+	lo, ours := reflect.TypeFor[pgx.LargeObjects](), reflect.TypeFor[largeObjectsLayout]()
+	return lo.NumField() == 1 && lo.Field(0).Type == reflect.TypeFor[pgx.Tx]() && lo.Size() == ours.Size()
+}()
