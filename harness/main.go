@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,7 +29,8 @@ Commands:
               SIGKILLed --kills times per run, each after 1 to 8 seconds (seeded, the same for every variant) of
               work; a last consumer drains the topic. Counts duplicate credits and lost events per run for
               at-most-once (InstantAck), after-db (ack after the database commit, offsets auto-committed every
-              second), after-db-sync (offset committed on every ack) and inbox.
+              second), after-db-sync (offset committed on every ack), inbox, and batch (the inbox in batch mode,
+              WithBatch: the messages in flight share one transaction).
   zombie      Three consumers; one message in --stall-every stalls, the first time it is handled, longer than
               the rebalance timeout. A member joins the group when a stall begins, as in a deploy, so a rebalance
               runs while the handler holds its message; the broker evicts the stalled member, its partitions move,
@@ -218,16 +220,24 @@ func killCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
 	var c killConfig
-	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox", "variants to measure, comma-separated")
+	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox,batch", "variants to measure, comma-separated")
 	fs.IntVar(&c.Kills, "kills", 20, "hard kills per run")
 	fs.IntVar(&c.Events, "events", 40000, "credit events per run")
 	fs.DurationVar(&c.MinWork, "min-work", time.Second, "shortest work before a kill")
 	fs.DurationVar(&c.MaxWork, "max-work", 8*time.Second, "longest work before a kill")
 	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
 	fs.DurationVar(&c.Drain, "drain-timeout", 5*time.Minute, "how long the last consumer may take to drain a run")
+	c.Batch = defaultBatch
+	c.Batch.register(fs)
 	_ = fs.Parse(args)
 	var err error
 	if c.Variants, err = parseVariants(*variants); err != nil {
+		return err
+	}
+	if slices.Contains(c.Variants, batchPgxVariant) {
+		return errors.New("--variants: batch-pgx is a throughput variant; the kill consumer is database/sql (use batch)")
+	}
+	if err := c.Batch.validate(); err != nil {
 		return err
 	}
 	if c.MaxWork < c.MinWork {

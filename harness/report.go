@@ -262,14 +262,21 @@ func killReport(c killConfig, res []killResult) (string, string) {
 			}
 		}
 		d, l := spreadOf(dups), spreadOf(losses)
-		a := articleKillRows[v]
-		rows = append(rows, []string{"`" + string(v) + "`", spreadOf(kills).count(), d.count(), l.count(), spreadOf(skips).count(),
-			a.label, a.dup.count(), a.lost.count()})
+		row := []string{"`" + string(v) + "`", spreadOf(kills).count(), d.count(), l.count(), spreadOf(skips).count()}
+		a, matched := articleKillRows[v]
+		if matched {
+			row = append(row, a.label, a.dup.count(), a.lost.count())
+			aDup.Values = append(aDup.Values, a.dup.Median)
+			aLost.Values = append(aLost.Values, a.lost.Median)
+		} else { // the article has no such variant (batch mode)
+			row = append(row, "–", "–", "–")
+			aDup.Values = append(aDup.Values, math.NaN())
+			aLost.Values = append(aLost.Values, math.NaN())
+		}
+		rows = append(rows, row)
 		chart.Categories = append(chart.Categories, string(v))
 		dup.Values, dup.Lo, dup.Hi = append(dup.Values, d.Median), append(dup.Lo, d.Min), append(dup.Hi, d.Max)
 		lost.Values, lost.Lo, lost.Hi = append(lost.Values, l.Median), append(lost.Lo, l.Min), append(lost.Hi, l.Max)
-		aDup.Values = append(aDup.Values, a.dup.Median)
-		aLost.Values = append(aLost.Values, a.lost.Median)
 	}
 	chart.Series = []series{dup, lost, aDup, aLost}
 	table := markdownTable([]string{"Variant", "Kills landed", "Duplicate credits", "Lost events", "Inbox skips",
