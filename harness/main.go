@@ -386,10 +386,18 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 	return writeOutputs(cf.out, "db-faults", table, svg, res)
 }
 
+// throughputAccounts is the throughput command's default --accounts.
+const throughputAccounts = 100000
+
 func throughputCommand(ctx context.Context, args []string) error {
 	fs := newFlagSet("throughput")
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
+	// Spread the credits over many accounts, so that the measurement is of the consumers, not of row locks: with the
+	// other commands' 100, concurrent batches deadlock on them from 32 in flight (docs/throughput.md). --accounts 100
+	// measures that.
+	cf.env.Accounts = throughputAccounts
+	fs.Lookup("accounts").DefValue = strconv.Itoa(throughputAccounts)
 	c := throughputConfig{Batch: defaultBatch}
 	transports := fs.String("transports", joinTransports(throughputTransports), "transports to measure, comma-separated (kafka, gochannel, amqp)")
 	variants := fs.String("variants", "after-db,inbox,batch,batch-pgx", "variants to measure, comma-separated; after-db-sync runs over kafka only")

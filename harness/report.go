@@ -546,12 +546,16 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 	if c.Pool > 0 {
 		pool = fmt.Sprintf("%d database connections", c.Pool)
 	}
+	ceiling := ""
+	if c.Ceiling {
+		ceiling = ", and the ceiling,"
+	}
 	fmt.Fprintf(&b, "Median (min–max) of %d rounds; each measurement handles %d messages per message in flight, at most %s, "+
-		"credited over %d accounts. Every transport and variant, and the ceiling, measured in every round, in an order that moves "+
-		"from round to round. The rate runs from a consumer's first message to its last credit. Each consumer, and the ceiling, "+
+		"credited over %s accounts. Every transport and variant%s measured in every round, in an order that moves "+
+		"from round to round. The rate runs from a consumer's first message to its last credit. Each consumer%s "+
 		"has %s, opened before the first message.%s Ratios are of medians. Failed handlings are summed over the rounds, "+
 		"per variant; each was redelivered and applied.\n",
-		c.Runs, c.PerSlot, thousands(float64(c.Messages)), c.Accounts, pool, batch)
+		c.Runs, c.PerSlot, thousands(float64(c.Messages)), thousands(float64(c.Accounts)), ceiling, ceiling, pool, batch)
 	return b.String(), chartGrid(charts, len(c.Sleeps))
 }
 
