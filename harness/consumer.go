@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,8 +23,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/lib/pq"
+	"github.com/lib/pq"
 )
 
 // variant is how a consumer orders its acknowledgement and its database commit.
@@ -41,9 +43,62 @@ const (
 	// inboxVariant is this library: the credit and the event ID commit in one transaction, then the ack, with
 	// watermill-kafka's defaults for the offset.
 	inboxVariant variant = "inbox"
+	// batchVariant is the inbox in batch mode (WithBatch): the handlers in flight at once share one transaction,
+	// one claim statement and one commit, then each is acked.
+	batchVariant variant = "batch"
+	// batchPgxVariant is batchVariant on pgx v5: pgxinbox over a pgxpool.Pool, the handler crediting on the pgx.Tx
+	// of pgxinbox.TxFromContext. Only consume-transport runs it.
+	batchPgxVariant variant = "batch-pgx"
 )
 
-var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant}
+var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant, batchVariant, batchPgxVariant}
+
+// usesInbox reports whether the variant's handler runs under the inbox middleware.
+func (v variant) usesInbox() bool { return v == inboxVariant || v.batched() }
+
+// batched reports whether the variant runs the inbox in batch mode.
+func (v variant) batched() bool { return v == batchVariant || v == batchPgxVariant }
+
+// batchConfig is how a batch variant sets WithBatch and WithBatchConcurrency.
+type batchConfig struct {
+	Wait        time.Duration // how long a batch waits to fill while others run; 0: it never waits
+	Size        int           // most messages per batch
+	Concurrency int           // batches of the consumer in flight at once
+}
+
+// defaultBatch is what the harness runs batch mode with unless told otherwise: no wait, the largest batches, and
+// the library's default concurrency. Batches then grow with the load, as in group commit: a message never waits
+// while a slot is free, and the messages that arrive while every slot is taken go together in the next batch.
+var defaultBatch = batchConfig{Wait: 0, Size: inbox.MaxBatchSize, Concurrency: inbox.DefaultBatchConcurrency}
+
+// options returns the inbox options of batch mode.
+func (b batchConfig) options() []inbox.Option {
+	return []inbox.Option{inbox.WithBatch(b.Wait, b.Size), inbox.WithBatchConcurrency(b.Concurrency)}
+}
+
+// register adds the batch flags to fs.
+func (b *batchConfig) register(fs *flag.FlagSet) {
+	fs.DurationVar(&b.Wait, "batch-wait", defaultBatch.Wait, "batch variants: how long a batch waits to fill while others run (WithBatch's maxWait)")
+	fs.IntVar(&b.Size, "batch-size", defaultBatch.Size, "batch variants: most messages per batch (WithBatch's maxSize)")
+	fs.IntVar(&b.Concurrency, "batch-concurrency", defaultBatch.Concurrency, "batch variants: batches in flight at once (WithBatchConcurrency)")
+}
+
+// validate reports a setting WithBatch or WithBatchConcurrency would refuse, before any consumer is started.
+func (b batchConfig) validate() error {
+	if b.Size < 1 || b.Size > inbox.MaxBatchSize || b.Wait < 0 || b.Concurrency < 1 {
+		return fmt.Errorf("--batch-size must be 1 to %d, --batch-wait 0 or more and --batch-concurrency 1 or more (got %d, %s, %d)",
+			inbox.MaxBatchSize, b.Size, b.Wait, b.Concurrency)
+	}
+	return nil
+}
+
+// args renders b as command-line flags; the zero value as none, which leaves the consumer's defaults.
+func (b batchConfig) args() []string {
+	if b == (batchConfig{}) {
+		return nil
+	}
+	return []string{"--batch-wait", b.Wait.String(), "--batch-size", fmt.Sprint(b.Size), "--batch-concurrency", fmt.Sprint(b.Concurrency)}
+}
 
 func parseVariant(s string) (variant, error) {
 	for _, v := range allVariants {
@@ -71,11 +126,12 @@ type consumerConfig struct {
 	StallEvery       int           // stall the first handling of every message whose seq % StallEvery == StallEvery-1
 	StallFor         time.Duration // how long a stall lasts
 	Expect           int           // print a "done" line after this many successful handlings
+	Batch            batchConfig   // batch variant only
 }
 
 // args renders c as the command line of `harness consume`.
 func (c consumerConfig) args() []string {
-	return []string{"consume",
+	return append([]string{"consume",
 		"--variant", string(c.Variant),
 		"--brokers", joinComma(c.Brokers),
 		"--topic", c.Topic, "--group", c.Group,
@@ -89,14 +145,14 @@ func (c consumerConfig) args() []string {
 		"--stall-every", fmt.Sprint(c.StallEvery),
 		"--stall-for", c.StallFor.String(),
 		"--expect", fmt.Sprint(c.Expect),
-	}
+	}, c.Batch.args()...)
 }
 
 func consumeCommand(args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ExitOnError)
 	var c consumerConfig
 	var v, brokers string
-	fs.StringVar(&v, "variant", string(inboxVariant), "at-most-once, after-db, after-db-sync or inbox")
+	fs.StringVar(&v, "variant", string(inboxVariant), "at-most-once, after-db, after-db-sync, inbox or batch")
 	fs.StringVar(&brokers, "brokers", "", "Kafka brokers, comma-separated")
 	fs.StringVar(&c.Topic, "topic", "", "topic to consume")
 	fs.StringVar(&c.Group, "group", "", "consumer group")
@@ -112,12 +168,16 @@ func consumeCommand(args []string) error {
 	fs.IntVar(&c.StallEvery, "stall-every", 0, "stall one message in this many, the first time it is handled (0: never)")
 	fs.DurationVar(&c.StallFor, "stall-for", 0, "how long a stall lasts")
 	fs.IntVar(&c.Expect, "expect", 0, "report a \"done\" line after this many messages (0: never)")
+	c.Batch.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var err error
 	if c.Variant, err = parseVariant(v); err != nil {
 		return err
+	}
+	if c.Variant == batchPgxVariant {
+		return errors.New("consume: batch-pgx runs under consume-transport only; this consumer is database/sql")
 	}
 	c.Brokers = brokerList(brokers)
 	if len(c.Brokers) == 0 || c.Topic == "" || c.Group == "" || c.Run == "" {
@@ -179,11 +239,16 @@ func consume(c consumerConfig) error {
 	switch c.Variant {
 	case atMostOnce:
 		h.AddMiddleware(middleware.InstantAck)
-	case inboxVariant:
-		h.AddMiddleware(inbox.Middleware(db,
-			inbox.WithTable(inboxTable),
-			inbox.WithConsumer(c.Run),
-			inbox.WithLogger(logger)))
+	case inboxVariant, batchVariant:
+		opts := []inbox.Option{inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
+		if c.Variant.batched() {
+			opts = append(opts, c.Batch.options()...)
+		}
+		ib, err := inbox.New(db, opts...)
+		if err != nil {
+			return err
+		}
+		h.AddMiddleware(ib.Middleware)
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -238,7 +303,11 @@ func (cs *consumer) report(h message.HandlerFunc) message.HandlerFunc {
 		})
 		produced, err := h(msg)
 		if err != nil {
-			cs.out.printf("nack %s", msg.Metadata.Get(inbox.DefaultIDMetadataKey))
+			id := msg.Metadata.Get(inbox.DefaultIDMetadataKey)
+			if isDeadlock(err) {
+				cs.out.printf("deadlock %s", id)
+			}
+			cs.out.printf("nack %s", id)
 			return produced, err
 		}
 		n := cs.handled.Add(1)
@@ -295,6 +364,22 @@ func (cs *consumer) credit(msg *message.Message) error {
 	return tx.Commit()
 }
 
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected (40P01), through lib/pq or pgx. The inbox
+// wraps a handler's error with context, so the code is looked for along the chain; the text is the fallback for
+// a wrapper that flattened it.
+func isDeadlock(err error) bool {
+	const code = "40P01"
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return pqErr.Code == code
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == code
+	}
+	return strings.Contains(err.Error(), "deadlock detected")
+}
+
 // maybeStall makes the first handling of one message in StallEvery outlast the group's rebalance timeout. The
 // stall sits before the credit and, under the inbox, after the claim: the zombie holds its claim while it stalls,
 // as a real slow handler would.
@@ -320,6 +405,7 @@ func (cs *consumer) maybeStall(ctx context.Context, id string, seq int) error {
 //
 //	working              the first message of this process reached the handler chain
 //	nack <id>            the handler failed and the router nacked
+//	deadlock <id>        the failure was PostgreSQL's deadlock detector ending the credit (a nack line follows)
 //	skip <id>            the inbox skipped a duplicate
 //	stall <id>           a handler began a stall
 //	resume <id>          the stall ended and the handler goes on to write

@@ -129,7 +129,7 @@ func (e *env) logf(format string, args ...any) {
 func (e *env) consumerConfig(v variant, run, name string, sleep time.Duration) consumerConfig {
 	return consumerConfig{
 		Variant: v, Brokers: e.br.addrs, Topic: run, Group: run, DSN: e.dsn, Run: run, Name: name,
-		Sleep: sleep, Session: e.session, Heartbeat: e.heartbeat, Rebalance: e.rebalance, Pool: e.pool,
+		Sleep: sleep, Session: e.session, Heartbeat: e.heartbeat, Rebalance: e.rebalance, Pool: e.pool, Batch: defaultBatch,
 	}
 }
 

@@ -50,7 +50,21 @@ type batchPublisher struct {
 	marshaler kafka.Marshaler
 }
 
+// newBatchPublisher returns a publisher that keys messages by account: all credits of an account land on one
+// partition, in order.
 func newBatchPublisher(addrs []string) (*batchPublisher, error) {
+	return newKafkaPublisher(addrs, true)
+}
+
+// newSpreadPublisher returns a publisher that deals messages to the partitions in turn, so that each partition
+// holds as many as the next. The throughput measurement needs that: a consumer with one message in flight per
+// partition has as many in flight as partitions only while every partition has work, and 100 account keys
+// hashed onto 64 partitions leave a dozen of them empty.
+func newSpreadPublisher(addrs []string) (*batchPublisher, error) {
+	return newKafkaPublisher(addrs, false)
+}
+
+func newKafkaPublisher(addrs []string, byAccount bool) (*batchPublisher, error) {
 	cfg := kafka.DefaultSaramaSyncPublisherConfig()
 	cfg.Version = kafkaVersion
 	cfg.ClientID = "harness-publisher"
@@ -58,13 +72,18 @@ func newBatchPublisher(addrs []string) (*batchPublisher, error) {
 	// Sarama holds a batch below Messages forever unless Frequency is set too.
 	cfg.Producer.Flush.Messages = 500
 	cfg.Producer.Flush.Frequency = 10 * time.Millisecond
+	var m kafka.Marshaler = kafka.DefaultMarshaler{}
+	if byAccount {
+		m = kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
+			return msg.Metadata.Get(accountKey), nil
+		})
+	} else {
+		cfg.Producer.Partitioner = sarama.NewRoundRobinPartitioner
+	}
 	p, err := sarama.NewSyncProducer(addrs, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: %w", err)
 	}
-	m := kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
-		return msg.Metadata.Get(accountKey), nil
-	})
 	return &batchPublisher{producer: p, marshaler: m}, nil
 }
 

@@ -104,25 +104,42 @@ func logTo(t *testing.T) {
 func TestKill_InboxNeitherDuplicatesNorLosesAcrossHardKills(t *testing.T) {
 	e := setup(t)
 	logTo(t)
-	c := killConfig{Variants: []variant{inboxVariant}, Runs: 1, Kills: 4, Events: 3000,
-		MinWork: 500 * time.Millisecond, MaxWork: 1500 * time.Millisecond, Sleep: 5 * time.Millisecond, Seed: 1, Drain: 3 * time.Minute}
-	res, err := runKill(context.Background(), e, c)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		v    variant
+	}{
+		{"PerMessage", inboxVariant},
+		// Batch mode: a kill ends a batch's one transaction, claims and credits of every member together.
+		{"InBatchMode", batchVariant},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logTo(t)
+			kc := killConfig{Variants: []variant{c.v}, Runs: 1, Kills: 4, Events: 3000,
+				MinWork: 500 * time.Millisecond, MaxWork: 1500 * time.Millisecond, Sleep: 5 * time.Millisecond, Seed: 1, Drain: 3 * time.Minute}
+			res, err := runKill(context.Background(), e, kc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res[0]
+			if r.Kills < 3 {
+				t.Fatalf("only %d of %d kills landed while the consumer worked: the run tested too little", r.Kills, kc.Kills)
+			}
+			if r.Duplicates != 0 || r.Losses != 0 {
+				t.Fatalf("%s under %d hard kills: %d duplicate credits, %d lost events; want 0 and 0", c.v, r.Kills, r.Duplicates, r.Losses)
+			}
+			// Offsets are committed once a second, so every kill leaves committed credits whose offsets were not:
+			// the next consumer gets them again. If the inbox skipped none, the kills did not hit what they are for.
+			if r.Skipped == 0 {
+				t.Fatalf("no redelivery reached the inbox in %d kills", r.Kills)
+			}
+			// The inbox's rows tell how they were committed: one transaction each per message, several to a
+			// transaction in batch mode, with six partitions' messages in flight at once.
+			if batched := r.Commits < r.Credits; batched != c.v.batched() {
+				t.Fatalf("%s: %d credits committed in %d transactions; batch mode on: %v, want %v", c.v, r.Credits, r.Commits, batched, c.v.batched())
+			}
+			t.Logf("%s: %d kills, %d redeliveries skipped, 0 duplicates, 0 lost, %d credits in %d commits", c.v, r.Kills, r.Skipped, r.Credits, r.Commits)
+		})
 	}
-	r := res[0]
-	if r.Kills < 3 {
-		t.Fatalf("only %d of %d kills landed while the consumer worked: the run tested too little", r.Kills, c.Kills)
-	}
-	if r.Duplicates != 0 || r.Losses != 0 {
-		t.Fatalf("inbox under %d hard kills: %d duplicate credits, %d lost events; want 0 and 0", r.Kills, r.Duplicates, r.Losses)
-	}
-	// Offsets are committed once a second, so every kill leaves committed credits whose offsets were not: the
-	// next consumer gets them again. If the inbox skipped none, the kills did not hit what they are for.
-	if r.Skipped == 0 {
-		t.Fatalf("no redelivery reached the inbox in %d kills", r.Kills)
-	}
-	t.Logf("%d kills, %d redeliveries skipped, 0 duplicates, 0 lost", r.Kills, r.Skipped)
 }
 
 func TestCrashBetweenCommitAndAck_AfterDBDuplicatesAndInboxDoesNot(t *testing.T) {

@@ -18,6 +18,16 @@ type killConfig struct {
 	Sleep    time.Duration // handler work per message
 	Seed     uint64
 	Drain    time.Duration // how long the final consumer may take to drain the topic
+	Batch    batchConfig   // the batch variant's settings; the zero value is defaultBatch
+}
+
+// consumerConfig is the command line of one consumer of run r of v.
+func (c killConfig) consumerConfig(e *env, v variant, run, name string) consumerConfig {
+	cfg := e.consumerConfig(v, run, name, c.Sleep)
+	if c.Batch != (batchConfig{}) {
+		cfg.Batch = c.Batch
+	}
+	return cfg
 }
 
 // killResult is one run of one variant.
@@ -28,6 +38,8 @@ type killResult struct {
 	Duplicates int
 	Losses     int
 	Skipped    int // redeliveries the inbox recognised and skipped
+	Credits    int // ledger rows
+	Commits    int // transactions that claimed the events in the inbox: as many as credits, unless a batch claimed several
 	Elapsed    time.Duration
 }
 
@@ -56,8 +68,8 @@ func runKill(ctx context.Context, e *env, c killConfig) ([]killResult, error) {
 			if err != nil {
 				return results, err
 			}
-			e.logf("kill %s run %d/%d: %d kills, %d duplicates, %d lost, %d skipped by the inbox (%s)",
-				v, r+1, c.Runs, res.Kills, res.Duplicates, res.Losses, res.Skipped, res.Elapsed.Round(time.Second))
+			e.logf("kill %s run %d/%d: %d kills, %d duplicates, %d lost, %d skipped by the inbox, %d credits in %d commits (%s)",
+				v, r+1, c.Runs, res.Kills, res.Duplicates, res.Losses, res.Skipped, res.Credits, res.Commits, res.Elapsed.Round(time.Second))
 			results = append(results, res)
 		}
 	}
@@ -83,7 +95,7 @@ func killRun(ctx context.Context, e *env, c killConfig, v variant, r int, delays
 	}
 	var procs []*proc
 	for k, d := range delays {
-		p, err := spawn(e.bin, e.logDir, e.consumerConfig(v, run, fmt.Sprintf("%s-life%d", run, k+1), c.Sleep), nil)
+		p, err := spawn(e.bin, e.logDir, c.consumerConfig(e, v, run, fmt.Sprintf("%s-life%d", run, k+1)), nil)
 		if err != nil {
 			return res, err
 		}
@@ -104,7 +116,7 @@ func killRun(ctx context.Context, e *env, c killConfig, v variant, r int, delays
 		rows, _ := ledgerRows(ctx, e.db, run)
 		e.logf("  %s: kill %d/%d after %.1fs of work (%d ledger rows)", run, k+1, len(delays), d.Seconds(), rows)
 	}
-	final, err := spawn(e.bin, e.logDir, e.consumerConfig(v, run, run+"-final", c.Sleep), nil)
+	final, err := spawn(e.bin, e.logDir, c.consumerConfig(e, v, run, run+"-final"), nil)
 	if err != nil {
 		return res, err
 	}
@@ -120,7 +132,7 @@ func killRun(ctx context.Context, e *env, c killConfig, v variant, r int, delays
 	if err != nil {
 		return res, err
 	}
-	res.Duplicates, res.Losses = t.Duplicates, t.Losses
+	res.Duplicates, res.Losses, res.Credits, res.Commits = t.Duplicates, t.Losses, t.Rows, t.Commits
 	for _, p := range procs {
 		res.Skipped += p.count("skip ")
 	}

@@ -137,6 +137,7 @@ type tally struct {
 	Strays     int   // ledger rows for events never published: must be 0, or the counting is broken
 	Balance    int64 // sum of the run's balances
 	Credited   int64 // sum of the ledger's amounts: equals Balance, or a credit moved money without a row
+	Commits    int   // transactions that claimed the run's inbox rows: one per event, fewer in batch mode; 0 without the inbox
 }
 
 // count tallies a run. Duplicates and losses are counted per event ID, not from totals, so that a loss and a
@@ -156,8 +157,9 @@ func count(ctx context.Context, db *sql.DB, run string) (tally, error) {
 		    (SELECT count(*) FROM per_event p WHERE NOT EXISTS
 		        (SELECT 1 FROM harness_events e WHERE e.run_id = $1 AND e.event_id = p.event_id)),
 		    (SELECT coalesce(sum(balance), 0) FROM harness_accounts WHERE run_id = $1),
-		    (SELECT coalesce(sum(amount), 0) FROM harness_ledger WHERE run_id = $1)`, run).
-		Scan(&t.Events, &t.Rows, &t.Duplicates, &t.Losses, &t.Strays, &t.Balance, &t.Credited)
+		    (SELECT coalesce(sum(amount), 0) FROM harness_ledger WHERE run_id = $1),
+		    (SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE consumer = $1)`, run).
+		Scan(&t.Events, &t.Rows, &t.Duplicates, &t.Losses, &t.Strays, &t.Balance, &t.Credited, &t.Commits)
 	if err != nil {
 		return t, fmt.Errorf("count run %s: %w", run, err)
 	}
@@ -172,6 +174,16 @@ func count(ctx context.Context, db *sql.DB, run string) (tally, error) {
 func ledgerRows(ctx context.Context, db *sql.DB, run string) (int, error) {
 	var n int
 	err := db.QueryRowContext(ctx, `SELECT count(*) FROM harness_ledger WHERE run_id = $1`, run).Scan(&n)
+	return n, err
+}
+
+// claimCommits returns how many transactions claimed a run's inbox rows. A row's xmin is the ID of the transaction
+// that inserted it, so the rows one statement claimed share it: a batch claims all its messages in one statement
+// before any handler runs. The ledger cannot tell the same: each handler of a batch writes in a savepoint, a
+// subtransaction with an ID of its own. (IDs wrap around after four billion transactions; a run is far shorter.)
+func claimCommits(ctx context.Context, db *sql.DB, run string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE consumer = $1`, run).Scan(&n)
 	return n, err
 }
 

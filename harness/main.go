@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,7 +30,8 @@ Commands:
               SIGKILLed --kills times per run, each after 1 to 8 seconds (seeded, the same for every variant) of
               work; a last consumer drains the topic. Counts duplicate credits and lost events per run for
               at-most-once (InstantAck), after-db (ack after the database commit, offsets auto-committed every
-              second), after-db-sync (offset committed on every ack) and inbox.
+              second), after-db-sync (offset committed on every ack), inbox, and batch (the inbox in batch mode,
+              WithBatch: the messages in flight share one transaction).
   zombie      Three consumers; one message in --stall-every stalls, the first time it is handled, longer than
               the rebalance timeout. A member joins the group when a stall begins, as in a deploy, so a rebalance
               runs while the handler holds its message; the broker evicts the stalled member, its partitions move,
@@ -40,9 +43,13 @@ Commands:
               starts for the purpose (a new cluster in a temporary directory, on a free loopback port, run as the
               postgres user when the harness runs as root, removed at the end), never the one --dsn names unless
               --restart-cmd says how to restart it.
-  throughput  No faults. --messages per measurement, every variant in the same invocation, interleaved, with
-              10 ms handlers and with zero-work handlers, beside a ceiling: the inbox's claim-plus-credit
-              transaction driven straight at PostgreSQL by one goroutine per partition.
+  throughput  No faults. Consumers over Kafka (kfake; one partition per message in flight), GoChannel (that
+              many publishers, each waiting for its message's ack) and RabbitMQ (that many subscriptions of the
+              queue, prefetch 1 each), at --in-flight messages in flight, with zero-work and 10 ms handlers: no
+              inbox (after-db), the inbox per message (inbox), and in batch mode over database/sql (batch) and
+              pgx (batch-pgx), beside a ceiling: the inbox's claim-plus-credit transaction, prepared, driven
+              straight at PostgreSQL by one client per message in flight, as pgbench would. Every measurement in
+              the same invocation, interleaved; medians over --runs rounds, and their ratios.
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
   storage-mysql
               The inbox's bytes per row on MariaDB or MySQL (mysqlinbox), every index counted, beside PostgreSQL's.
@@ -227,16 +234,24 @@ func killCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
 	var c killConfig
-	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox", "variants to measure, comma-separated")
+	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox,batch", "variants to measure, comma-separated")
 	fs.IntVar(&c.Kills, "kills", 20, "hard kills per run")
 	fs.IntVar(&c.Events, "events", 40000, "credit events per run")
 	fs.DurationVar(&c.MinWork, "min-work", time.Second, "shortest work before a kill")
 	fs.DurationVar(&c.MaxWork, "max-work", 8*time.Second, "longest work before a kill")
 	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
 	fs.DurationVar(&c.Drain, "drain-timeout", 5*time.Minute, "how long the last consumer may take to drain a run")
+	c.Batch = defaultBatch
+	c.Batch.register(fs)
 	_ = fs.Parse(args)
 	var err error
 	if c.Variants, err = parseVariants(*variants); err != nil {
+		return err
+	}
+	if slices.Contains(c.Variants, batchPgxVariant) {
+		return errors.New("--variants: batch-pgx is a throughput variant; the kill consumer is database/sql (use batch)")
+	}
+	if err := c.Batch.validate(); err != nil {
 		return err
 	}
 	if c.MaxWork < c.MinWork {
@@ -380,20 +395,51 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 	return writeOutputs(cf.out, "db-faults", table, svg, res)
 }
 
+// throughputAccounts is the throughput command's default --accounts.
+const throughputAccounts = 100000
+
 func throughputCommand(ctx context.Context, args []string) error {
 	fs := newFlagSet("throughput")
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
-	var c throughputConfig
-	variants := fs.String("variants", "at-most-once,after-db,after-db-sync,inbox", "variants to measure, comma-separated")
-	sleeps := fs.String("sleeps", "10ms,0s", "handler work per message, comma-separated; 0s is the zero-work handler")
-	fs.IntVar(&c.Messages, "messages", 100000, "messages per measurement")
-	fs.BoolVar(&c.Ceiling, "ceiling", true, "measure the PostgreSQL-only ceiling beside the zero-work handlers")
+	// Spread the credits over many accounts, so that the measurement is of the consumers, not of row locks: with the
+	// other commands' 100, concurrent batches deadlock on them from 32 in flight (docs/throughput.md). --accounts 100
+	// measures that.
+	cf.env.Accounts = throughputAccounts
+	fs.Lookup("accounts").DefValue = strconv.Itoa(throughputAccounts)
+	c := throughputConfig{Batch: defaultBatch}
+	transports := fs.String("transports", joinTransports(throughputTransports), "transports to measure, comma-separated (kafka, gochannel, amqp)")
+	variants := fs.String("variants", "after-db,inbox,batch,batch-pgx", "variants to measure, comma-separated; after-db-sync runs over kafka only")
+	inFlight := fs.String("in-flight", "1,8,32,64", "messages in flight, comma-separated; each is a row of the tables (for kafka, the topic's partitions)")
+	sleeps := fs.String("sleeps", "0s,10ms", "handler work per message before its first statement, comma-separated; 0s is the zero-work handler")
+	fs.IntVar(&c.PerSlot, "per-slot", 500, "messages per measurement for each message in flight...")
+	fs.IntVar(&c.Messages, "messages", 20000, "...and at most this many per measurement")
+	fs.BoolVar(&c.Ceiling, "ceiling", true, "measure the PostgreSQL-only ceiling beside the consumers")
+	fs.IntVar(&c.Pool, "pool", 0, "database connections of each consumer and of the ceiling (default: one per message in flight)")
+	fs.StringVar(&c.AMQP, "amqp", defaultAMQPURL, "RabbitMQ URL")
 	fs.DurationVar(&c.Timeout, "timeout", 20*time.Minute, "how long one measurement may take")
+	c.Batch.register(fs)
 	_ = fs.Parse(args)
 	var err error
+	if c.Transports, err = parseTransports(*transports); err != nil {
+		return err
+	}
 	if c.Variants, err = parseVariants(*variants); err != nil {
 		return err
+	}
+	for _, kind := range c.Transports {
+		for _, v := range c.Variants {
+			if err := validThroughputVariant(kind, v); err != nil {
+				return fmt.Errorf("--transports %s with --variants %s: %w", kind, v, err)
+			}
+		}
+	}
+	for _, s := range strings.Split(*inFlight, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--in-flight: bad count %q", s)
+		}
+		c.InFlight = append(c.InFlight, n)
 	}
 	for _, s := range strings.Split(*sleeps, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -402,7 +448,13 @@ func throughputCommand(ctx context.Context, args []string) error {
 		}
 		c.Sleeps = append(c.Sleeps, d)
 	}
-	c.Runs, c.Seed, c.Partitions = cf.runs, cf.seed, cf.env.Partitions
+	if c.PerSlot < 1 || c.Messages < 1 {
+		return errors.New("--per-slot and --messages must be positive")
+	}
+	if err := c.Batch.validate(); err != nil {
+		return err
+	}
+	c.Runs, c.Seed, c.Accounts = cf.runs, cf.seed, cf.env.Accounts
 	e, err := cf.open(ctx)
 	if err != nil {
 		return err

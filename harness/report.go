@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"math"
@@ -262,14 +263,21 @@ func killReport(c killConfig, res []killResult) (string, string) {
 			}
 		}
 		d, l := spreadOf(dups), spreadOf(losses)
-		a := articleKillRows[v]
-		rows = append(rows, []string{"`" + string(v) + "`", spreadOf(kills).count(), d.count(), l.count(), spreadOf(skips).count(),
-			a.label, a.dup.count(), a.lost.count()})
+		row := []string{"`" + string(v) + "`", spreadOf(kills).count(), d.count(), l.count(), spreadOf(skips).count()}
+		a, matched := articleKillRows[v]
+		if matched {
+			row = append(row, a.label, a.dup.count(), a.lost.count())
+			aDup.Values = append(aDup.Values, a.dup.Median)
+			aLost.Values = append(aLost.Values, a.lost.Median)
+		} else { // the article has no such variant (batch mode)
+			row = append(row, "–", "–", "–")
+			aDup.Values = append(aDup.Values, math.NaN())
+			aLost.Values = append(aLost.Values, math.NaN())
+		}
+		rows = append(rows, row)
 		chart.Categories = append(chart.Categories, string(v))
 		dup.Values, dup.Lo, dup.Hi = append(dup.Values, d.Median), append(dup.Lo, d.Min), append(dup.Hi, d.Max)
 		lost.Values, lost.Lo, lost.Hi = append(lost.Values, l.Median), append(lost.Lo, l.Min), append(lost.Hi, l.Max)
-		aDup.Values = append(aDup.Values, a.dup.Median)
-		aLost.Values = append(aLost.Values, a.lost.Median)
 	}
 	chart.Series = []series{dup, lost, aDup, aLost}
 	table := markdownTable([]string{"Variant", "Kills landed", "Duplicate credits", "Lost events", "Inbox skips",
@@ -397,81 +405,173 @@ func dbFaultsReport(c dbFaultsConfig, res []dbFaultsResult) (string, string) {
 	return table, tl.svg()
 }
 
+// throughputRatios are the ratios of medians the throughput tables give, numerator first, where both were
+// measured: what the inbox costs, what batch mode buys back, and how close each comes to the ceiling.
+var throughputRatios = [][2]string{
+	{string(inboxVariant), string(afterDB)},
+	{string(batchVariant), string(inboxVariant)},
+	{string(batchPgxVariant), string(batchVariant)},
+	{string(inboxVariant), ceilingName},
+	{string(batchVariant), ceilingName},
+	{string(batchPgxVariant), ceilingName},
+}
+
+var throughputColors = map[string]string{
+	ceilingName: "#2980b9", string(afterDB): colorNeutral, string(afterDBSync): "#8e44ad", string(inboxVariant): colorInbox,
+	string(batchVariant): "#e67e22", string(batchPgxVariant): "#d35400",
+}
+
+// throughputReport renders one table per transport and handler sleep, a row per number of messages in flight,
+// and a chart of the same: medians over the rounds, with their ranges, and ratios of medians.
 func throughputReport(c throughputConfig, res []throughputResult) (string, string) {
-	chart := barChart{
-		Title:    "Throughput without faults",
-		Subtitle: fmt.Sprintf("median msg/s of %d runs of %s messages, %d partitions; whiskers: min–max", c.Runs, thousands(float64(c.Messages)), c.Partitions),
-		YLabel:   "messages per second",
+	type key struct {
+		kind     transportKind
+		name     string
+		inFlight int
+		sleep    time.Duration
 	}
-	colors := map[string]string{string(atMostOnce): colorLost, string(afterDB): colorNeutral, string(afterDBSync): "#8e44ad", string(inboxVariant): colorInbox, ceilingName: "#2980b9"}
-	names := make([]string, 0, len(c.Variants)+1)
-	for _, v := range c.Variants {
-		names = append(names, string(v))
+	rates := map[key][]float64{}
+	nacks, deadlocks, msgs, commits := map[key]int{}, map[key]int{}, map[key]int{}, map[key]int{}
+	for _, r := range res {
+		k := key{r.Transport, r.Name, r.InFlight, r.Sleep}
+		rates[k] = append(rates[k], r.MsgPerS)
+		nacks[k] += r.Nacks
+		deadlocks[k] += r.Deadlocks
+		msgs[k] += r.Messages
+		commits[k] += r.Commits
 	}
+	batched := slices.ContainsFunc(c.Variants, variant.batched)
+	// The ceiling has no transport; it stands beside every transport's consumers.
+	get := func(kind transportKind, name string, inFlight int, sleep time.Duration) (spread, bool) {
+		if name == ceilingName {
+			kind = ""
+		}
+		xs, ok := rates[key{kind, name, inFlight, sleep}]
+		return spreadOf(xs), ok
+	}
+	names := []string{}
 	if c.Ceiling {
 		names = append(names, ceilingName)
 	}
-	med := map[string]map[time.Duration]spread{}
-	for _, name := range names {
-		med[name] = map[time.Duration]spread{}
-		for _, s := range c.Sleeps {
-			var xs []float64
-			for _, r := range res {
-				if r.Name == name && r.Sleep == s {
-					xs = append(xs, r.MsgPerS)
-				}
-			}
-			if len(xs) > 0 {
-				med[name][s] = spreadOf(xs)
-			}
-		}
+	for _, v := range c.Variants {
+		names = append(names, string(v))
 	}
+
 	var b strings.Builder
-	for _, s := range c.Sleeps {
-		chart.Categories = append(chart.Categories, sleepLabel(s)+" handlers")
-		fmt.Fprintf(&b, "**%s handlers**\n\n", sleepLabel(s))
-		base, hasBase := med[string(afterDB)][s]
-		baseSync, hasSync := med[string(afterDBSync)][s]
-		ceil, hasCeil := med[ceilingName][s]
-		var rows [][]string
-		for _, name := range names {
-			m, ok := med[name][s]
-			if !ok {
-				continue
+	var charts []string
+	for _, kind := range c.Transports {
+		for _, sleep := range c.Sleeps {
+			fmt.Fprintf(&b, "**%s, %s handlers**\n\n", kind, sleepLabel(sleep))
+			header := []string{"In flight"}
+			for _, name := range names {
+				header = append(header, "`"+name+"` msg/s")
 			}
-			ratio := func(has bool, to spread) string {
-				if !has || to.Median == 0 {
-					return "–"
+			var ratios [][2]string
+			for _, q := range throughputRatios {
+				if slices.Contains(names, q[0]) && slices.Contains(names, q[1]) {
+					ratios = append(ratios, q)
+					header = append(header, q[0]+" ÷ "+q[1])
 				}
-				return fmt.Sprintf("%.3f", m.Median/to.Median)
 			}
-			article := "–"
-			if a, ok := articleKillRows[variant(name)]; ok && s == 10*time.Millisecond {
-				article = fmt.Sprintf("%s (%s)", thousands(a.throughputMsgPS), strings.SplitN(a.label, ":", 2)[0])
+			if batched {
+				header = append(header, "Messages per commit")
 			}
-			rows = append(rows, []string{"`" + name + "`", fmt.Sprintf("%.1f (%.1f–%.1f)", m.Median, m.Min, m.Max),
-				ratio(hasBase, base), ratio(hasSync, baseSync), ratio(hasCeil, ceil), article})
+			header = append(header, "Failed handlings (deadlocks)")
+			chart := barChart{
+				Title:    fmt.Sprintf("%s, %s handlers", kind, sleepLabel(sleep)),
+				Subtitle: fmt.Sprintf("median msg/s of %d rounds; whiskers: min–max", c.Runs),
+				YLabel:   "messages per second",
+			}
+			ser := make([]series, len(names))
+			for i, name := range names {
+				ser[i] = series{Name: name, Color: throughputColors[name]}
+			}
+			var rows [][]string
+			for _, f := range c.InFlight {
+				row := []string{fmt.Sprint(f)}
+				chart.Categories = append(chart.Categories, fmt.Sprintf("%d in flight", f))
+				for i, name := range names {
+					m, ok := get(kind, name, f, sleep)
+					if !ok {
+						row = append(row, "–")
+						ser[i].Values, ser[i].Lo, ser[i].Hi = append(ser[i].Values, math.NaN()), append(ser[i].Lo, 0), append(ser[i].Hi, 0)
+						continue
+					}
+					row = append(row, fmt.Sprintf("%.0f (%.0f–%.0f)", m.Median, m.Min, m.Max))
+					ser[i].Values, ser[i].Lo, ser[i].Hi = append(ser[i].Values, m.Median), append(ser[i].Lo, m.Min), append(ser[i].Hi, m.Max)
+				}
+				for _, q := range ratios {
+					num, ok1 := get(kind, q[0], f, sleep)
+					den, ok2 := get(kind, q[1], f, sleep)
+					if !ok1 || !ok2 || den.Median == 0 {
+						row = append(row, "–")
+						continue
+					}
+					row = append(row, fmt.Sprintf("%.2f", num.Median/den.Median))
+				}
+				if batched {
+					var per []string
+					for _, v := range c.Variants {
+						if k := (key{kind, string(v), f, sleep}); v.batched() && commits[k] > 0 {
+							per = append(per, fmt.Sprintf("%s %.1f", v, float64(msgs[k])/float64(commits[k])))
+						}
+					}
+					row = append(row, cmp.Or(strings.Join(per, ", "), "–"))
+				}
+				var failed []string
+				for _, v := range c.Variants {
+					k := key{kind, string(v), f, sleep}
+					if nacks[k] > 0 {
+						failed = append(failed, fmt.Sprintf("%s %d (%d)", v, nacks[k], deadlocks[k]))
+					}
+				}
+				if len(failed) == 0 {
+					failed = []string{"0"}
+				}
+				row = append(row, strings.Join(failed, ", "))
+				rows = append(rows, row)
+			}
+			chart.Series = ser
+			charts = append(charts, chart.svg())
+			b.WriteString(markdownTable(header, rows))
+			b.WriteString("\n")
 		}
-		b.WriteString(markdownTable([]string{"Variant", "msg/s", "vs after-db", "vs after-db-sync", "vs ceiling", "Article msg/s"}, rows))
-		b.WriteString("\n")
 	}
-	for _, name := range names {
-		sr := series{Name: name, Color: colors[name]}
-		for _, s := range c.Sleeps {
-			m, ok := med[name][s]
-			if !ok {
-				sr.Values, sr.Lo, sr.Hi = append(sr.Values, math.NaN()), append(sr.Lo, 0), append(sr.Hi, 0)
-				continue
-			}
-			sr.Values, sr.Lo, sr.Hi = append(sr.Values, m.Median), append(sr.Lo, m.Min), append(sr.Hi, m.Max)
-		}
-		chart.Series = append(chart.Series, sr)
+	batch := ""
+	if batched {
+		batch = fmt.Sprintf(" Batch mode: WithBatch(%s, %d), WithBatchConcurrency(%d); messages per commit is the mean over the rounds, "+
+			"from the inbox rows' transaction IDs (a batch claims its messages in one statement).", c.Batch.Wait, c.Batch.Size, c.Batch.Concurrency)
 	}
-	fmt.Fprintf(&b, "Median (min–max) of %d runs of %s messages each, every variant measured in every round, in an order that rotates "+
-		"from round to round. The rate runs from a consumer's first message to its last credit. The ceiling is the inbox's claim-plus-credit "+
-		"transaction run by %d goroutines straight at PostgreSQL, without Kafka or Watermill. The article's rates are from its one-loop "+
-		"Python consumer (a1, a2, b, c), beside the variant that acks the same way.\n", c.Runs, thousands(float64(c.Messages)), c.Partitions)
-	return b.String(), chart.svg()
+	pool := "one database connection per message in flight"
+	if c.Pool > 0 {
+		pool = fmt.Sprintf("%d database connections", c.Pool)
+	}
+	ceiling := ""
+	if c.Ceiling {
+		ceiling = ", and the ceiling,"
+	}
+	fmt.Fprintf(&b, "Median (min–max) of %d rounds; each measurement handles %d messages per message in flight, at most %s, "+
+		"credited over %s accounts. Every transport and variant%s measured in every round, in an order that moves "+
+		"from round to round. The rate runs from a consumer's first message to its last credit. Each consumer%s "+
+		"has %s, opened before the first message.%s Ratios are of medians. Failed handlings are summed over the rounds, "+
+		"per variant; each was redelivered and applied.\n",
+		c.Runs, c.PerSlot, thousands(float64(c.Messages)), thousands(float64(c.Accounts)), ceiling, ceiling, pool, batch)
+	return b.String(), chartGrid(charts, len(c.Sleeps))
+}
+
+// chartGrid lays charts out in a grid of cols columns, row by row, as one SVG.
+func chartGrid(charts []string, cols int) string {
+	cols = max(1, min(cols, len(charts)))
+	rows := (len(charts) + cols - 1) / cols
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n",
+		chartW*cols, chartH*rows, chartW*cols, chartH*rows)
+	for i, c := range charts {
+		// A nested svg element is placed by its x and y.
+		b.WriteString(strings.Replace(c, "<svg ", fmt.Sprintf(`<svg x="%d" y="%d" `, chartW*(i%cols), chartH*(i/cols)), 1))
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
 }
 
 // timeline is a line chart of one run's progress, with the faults drawn on it: the database's outages as bands,

@@ -108,3 +108,36 @@ func TestTimeline_IsValidSVGWithTheFaultsOnIt(t *testing.T) {
 		}
 	}
 }
+
+func TestThroughputReport_GivesTheCeilingToEveryTransportAndRatiosOfMedians(t *testing.T) {
+	c := throughputConfig{Transports: []transportKind{kafkaTransport, amqpTransport}, Variants: []variant{afterDB, inboxVariant, batchVariant},
+		InFlight: []int{1, 8}, Sleeps: []time.Duration{0}, Runs: 3, PerSlot: 10, Messages: 100, Ceiling: true, Accounts: 100, Batch: defaultBatch}
+	var res []throughputResult
+	add := func(kind transportKind, name string, inFlight int, rates ...float64) {
+		for r, rate := range rates {
+			res = append(res, throughputResult{Transport: kind, Name: name, InFlight: inFlight, Round: r, Messages: 80, MsgPerS: rate, Commits: 20})
+		}
+	}
+	add("", ceilingName, 8, 1000, 1200, 1100)
+	add(kafkaTransport, string(afterDB), 8, 900, 800, 1000)
+	add(kafkaTransport, string(inboxVariant), 8, 450, 400, 500)
+	add(kafkaTransport, string(batchVariant), 8, 700, 750, 600)
+	res = append(res, throughputResult{Transport: kafkaTransport, Name: string(batchVariant), InFlight: 8, Round: 3, Messages: 80,
+		MsgPerS: 650, Nacks: 2, Deadlocks: 1, Commits: 20})
+	table, svg := throughputReport(c, res)
+	for _, want := range []string{
+		"**kafka, zero-work handlers**", "**amqp, zero-work handlers**",
+		// ceiling, after-db, inbox, batch; inbox ÷ after-db, batch ÷ inbox, inbox ÷ ceiling, batch ÷ ceiling; 4 messages per commit
+		"| 8 | 1100 (1000–1200) | 900 (800–1000) | 450 (400–500) | 675 (600–750) | 0.50 | 1.50 | 0.41 | 0.61 | batch 4.0 | batch 2 (1) |",
+		// Nothing at 1 in flight; the ceiling at 8 stands beside amqp's consumers too.
+		"| 1 | – | – | – | – | – | – | – | – | – | 0 |",
+		"| 8 | 1100 (1000–1200) | – | – | – |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(svg, "NaN") || strings.Count(svg, "<svg ") != 3 {
+		t.Errorf("want one chart per transport and sleep in one SVG, without NaN:\n%s", svg)
+	}
+}

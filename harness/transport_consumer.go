@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,12 +12,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -32,22 +37,50 @@ type transportConsumerConfig struct {
 	Transport transportKind
 	Addr      string // the broker's address in the transport's own form; unused by sql-v3 and gochannel
 	Variant   variant
-	Run       string // the run's topic, queue, stream, consumer group and inbox consumer, all one name
+	Run       string // the run's consumer group, stream consumer, inbox consumer and ledger scope
+	Topic     string // the topic, queue or stream read; empty: Run
 	Name      string
 	DSN       string
 	Sleep     time.Duration
 	Pool      int
 	Messages  string // gochannel only: a file of the messages this process publishes to itself
 	Expect    int    // print a "done" line after this many successful handlings (0: never)
+	// InFlight is how many messages the consumer handles at once, where the transport lets the consumer say: for
+	// gochannel, that many topics, each with a handler and a publisher that waits for each message's ack (0: one
+	// topic, and every message at once); for amqp, that many subscriptions of the queue, each a channel with a
+	// prefetch of one, since watermill-amqp hands a subscription's next message over only after the last one's
+	// ack (0 or 1: one). Kafka's is the partitions the consumer owns.
+	InFlight int
+	Batch    batchConfig // batch variants only
+}
+
+func (c transportConsumerConfig) topic() string { return cmp.Or(c.Topic, c.Run) }
+
+// subscriptions returns the topic of each handler the consumer runs: InFlight of them where InFlight sets the
+// messages in flight (see InFlight), one otherwise. amqp's subscriptions of one queue compete for its messages;
+// gochannel's are of topics of their own.
+func (c transportConsumerConfig) subscriptions() []string {
+	switch {
+	case c.Transport == amqpTransport && c.InFlight > 1:
+		return slices.Repeat([]string{c.topic()}, c.InFlight)
+	case c.Transport == goChannel && c.InFlight > 0:
+		topics := make([]string, c.InFlight)
+		for n := range topics {
+			topics[n] = fmt.Sprintf("%s-%d", c.topic(), n+1)
+		}
+		return topics
+	}
+	return []string{c.topic()}
 }
 
 func (c transportConsumerConfig) args() []string {
-	return []string{"consume-transport",
+	return append([]string{"consume-transport",
 		"--transport", string(c.Transport), "--addr", c.Addr,
 		"--variant", string(c.Variant), "--run", c.Run, "--name", c.Name,
 		"--dsn", c.DSN, "--sleep", c.Sleep.String(), "--pool", fmt.Sprint(c.Pool),
 		"--messages", c.Messages, "--expect", fmt.Sprint(c.Expect),
-	}
+		"--topic", c.Topic, "--in-flight", fmt.Sprint(c.InFlight),
+	}, c.Batch.args()...)
 }
 
 func consumeTransportCommand(args []string) error {
@@ -56,7 +89,7 @@ func consumeTransportCommand(args []string) error {
 	var kind, v string
 	fs.StringVar(&kind, "transport", "", "transport of the cell")
 	fs.StringVar(&c.Addr, "addr", "", "broker address")
-	fs.StringVar(&v, "variant", string(inboxVariant), "inbox or after-db")
+	fs.StringVar(&v, "variant", string(inboxVariant), "inbox, after-db, batch or batch-pgx")
 	fs.StringVar(&c.Run, "run", "", "run ID")
 	fs.StringVar(&c.Name, "name", "consumer", "this consumer's name")
 	fs.StringVar(&c.DSN, "dsn", defaultDSN, "PostgreSQL DSN")
@@ -64,6 +97,9 @@ func consumeTransportCommand(args []string) error {
 	fs.IntVar(&c.Pool, "pool", defaultPool, "database connections")
 	fs.StringVar(&c.Messages, "messages", "", "gochannel: file of messages to publish")
 	fs.IntVar(&c.Expect, "expect", 0, "report a \"done\" line after this many messages (0: never)")
+	fs.StringVar(&c.Topic, "topic", "", "topic, queue or stream to read (default: --run)")
+	fs.IntVar(&c.InFlight, "in-flight", 0, "gochannel and amqp: messages handled at once (0: the transport's own way)")
+	c.Batch.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,8 +110,8 @@ func consumeTransportCommand(args []string) error {
 	if c.Variant, err = parseVariant(v); err != nil {
 		return err
 	}
-	if c.Variant != inboxVariant && c.Variant != afterDB {
-		return fmt.Errorf("consume-transport: variant %s is not one of the matrix (inbox, after-db)", c.Variant)
+	if c.Variant == afterDBSync && c.Transport != kafkaTransport {
+		return fmt.Errorf("consume-transport: %s commits Kafka offsets on every ack; it runs over kafka only", c.Variant)
 	}
 	if c.Run == "" {
 		return errors.New("consume-transport: --run is required")
@@ -102,11 +138,17 @@ func consumeTransport(c transportConsumerConfig) error {
 		defer db.Close()
 	}
 
+	if err := warmPool(db, pool, c.Pool); err != nil {
+		return err
+	}
+
 	var goch *gochannel.GoChannel
 	var sub message.Subscriber
 	if c.Transport == goChannel {
-		// The messages must go out after the router subscribed: a GoChannel drops what nobody listens to.
-		goch = gochannel.NewGoChannel(gochannel.Config{}, logger)
+		// The messages must go out after the router subscribed: a GoChannel drops what nobody listens to. With
+		// InFlight, each Publish waits for its message's ack; GoChannel holds a topic's lock while it waits, so
+		// one topic has one message in flight, and InFlight topics have InFlight.
+		goch = gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: c.InFlight > 0}, logger)
 		sub = goch
 	} else if sub, err = newTransportSubscriber(c, db, pool, logger); err != nil {
 		return err
@@ -117,23 +159,38 @@ func consumeTransport(c transportConsumerConfig) error {
 	}
 	cons := &consumer{cfg: consumerConfig{Variant: c.Variant, Run: c.Run, Name: c.Name, Sleep: c.Sleep, Expect: c.Expect},
 		db: db, pgx: pool, joinsV4: c.Transport == sqlV4PgxTransport, out: out}
-	h := router.AddConsumerHandler("credit", c.Run, sub, cons.credit)
-	h.AddMiddleware(cons.report)
-	if c.Variant == inboxVariant && pool != nil {
+	var ib *inbox.Inbox
+	opts := []inbox.Option{inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
+	if c.Variant.batched() {
+		opts = append(opts, c.Batch.options()...)
+	}
+	switch {
+	case c.Variant.usesInbox() && pool != nil:
 		// pgxinbox over the pool; its Database joins the transaction of watermill-sql v4's subscriber by default.
-		ib, err := pgxinbox.New(pool, inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
-		if err != nil {
-			return err
-		}
-		h.AddMiddleware(ib.Middleware)
-	} else if c.Variant == inboxVariant {
+		ib, err = pgxinbox.New(pool, opts...)
+	case c.Variant.usesInbox():
 		// The inbox joins the subscriber transaction of watermill-sql v3 or v4, whichever the message carries.
-		d := inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner(), pgxinbox.SQLv4Joiner())
-		ib, err := d.New(inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger))
-		if err != nil {
-			return err
+		ib, err = inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner(), pgxinbox.SQLv4Joiner()).New(opts...)
+	}
+	if err != nil {
+		return err
+	}
+	// One handler per subscription. They share the inbox, and so its batches, as the partitions of one Kafka
+	// consumer do.
+	topics := c.subscriptions()
+	for n, topic := range topics {
+		name := "credit"
+		if len(topics) > 1 {
+			name = fmt.Sprintf("credit-%d", n+1)
 		}
-		h.AddMiddleware(ib.Middleware)
+		h := router.AddConsumerHandler(name, topic, sub, cons.credit)
+		h.AddMiddleware(cons.report)
+		if c.Variant == atMostOnce {
+			h.AddMiddleware(middleware.InstantAck)
+		}
+		if ib != nil {
+			h.AddMiddleware(ib.Middleware)
+		}
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -144,7 +201,7 @@ func consumeTransport(c transportConsumerConfig) error {
 	if goch != nil {
 		go func() {
 			<-router.Running()
-			if err := publishFromFile(goch, c.Run, c.Messages); err != nil {
+			if err := publishFromFile(goch, topics, c.Messages, c.InFlight > 0); err != nil {
 				out.printf("error %v", err)
 				_ = router.Close()
 			}
@@ -157,11 +214,11 @@ func consumeTransport(c transportConsumerConfig) error {
 	return nil
 }
 
-// openConsumerDB opens the consumer's database: a pgxpool.Pool in a pgx cell, a *sql.DB over lib/pq in the others,
-// either capped at c.Pool connections and named after the run (application_name).
+// openConsumerDB opens the consumer's database: a pgxpool.Pool in a pgx cell or variant, a *sql.DB over lib/pq in
+// the others, either capped at c.Pool connections and named after the run (application_name).
 func openConsumerDB(c transportConsumerConfig) (*sql.DB, *pgxpool.Pool, error) {
 	dsn := withAppName(c.DSN, c.Run)
-	if !c.Transport.overPgx() {
+	if !c.Transport.overPgx() && c.Variant != batchPgxVariant {
 		db, err := sql.Open("postgres", dsn)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %s: %w", c.DSN, err)
@@ -182,12 +239,49 @@ func openConsumerDB(c transportConsumerConfig) (*sql.DB, *pgxpool.Pool, error) {
 	return nil, pool, nil
 }
 
+// warmPool opens n connections before the first message, so that no measured message waits for a connection to be
+// set up: a throughput measurement at 64 in flight would otherwise count 64 backend start-ups.
+func warmPool(db *sql.DB, pool *pgxpool.Pool, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if pool != nil {
+		conns := make([]*pgxpool.Conn, 0, n)
+		defer func() {
+			for _, c := range conns {
+				c.Release()
+			}
+		}()
+		for range n {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return fmt.Errorf("warm the pgx pool: %w", err)
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	}
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the pool, which keeps up to n idle
+		}
+	}()
+	for range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("warm the connection pool: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
+
 // creditPgx writes a credit through pgx v5. Under the inbox it runs on pgxinbox's pgx.Tx, which must be there (a
 // handler that fell back to a transaction of its own would credit outside the claim's, and prove nothing); in
 // sql-v4-pgx that pgx.Tx must also be the subscriber's, or the inbox did not join it. Without the inbox it commits a
 // transaction of its own on the pool, as the database/sql cells do on theirs.
 func (cs *consumer) creditPgx(ctx context.Context, args []any) error {
-	if cs.cfg.Variant != inboxVariant {
+	if !cs.cfg.Variant.usesInbox() {
 		return pgx.BeginFunc(ctx, cs.pgx, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, creditSQL, args...)
 			return err
@@ -234,29 +328,66 @@ func writeMessagesFile(path string, msgs []*message.Message) error {
 	return f.Close()
 }
 
-// publishFromFile publishes every message of path, one Publish call each: GoChannel hands each message to its
-// subscriber on a goroutine of its own, so the router runs as many handlers at once as messages are waiting, and
-// a republished copy races its original through the inbox.
-func publishFromFile(pub message.Publisher, topic, path string) error {
-	f, err := os.Open(path)
+// publishFromFile publishes every message of path, one Publish call each. Unpaced, it publishes to the one topic
+// it is given from one goroutine, and GoChannel hands each message to its subscriber on a goroutine of its own, so
+// the router runs as many handlers at once as messages are waiting, and a republished copy races its original
+// through the inbox. Paced, over a GoChannel that blocks each Publish until the ack, one goroutine per topic
+// publishes to its topic whichever message is next, and so each topic has one message in flight at any time.
+func publishFromFile(pub message.Publisher, topics []string, path string, paced bool) error {
+	msgs, err := readMessagesFile(path)
 	if err != nil {
 		return err
 	}
+	if !paced {
+		for _, m := range msgs {
+			if err := pub.Publish(topics[0], m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var next atomic.Int64
+	errs := make(chan error, len(topics))
+	var wg sync.WaitGroup
+	for _, topic := range topics {
+		wg.Go(func() {
+			for {
+				n := int(next.Add(1) - 1)
+				if n >= len(msgs) {
+					return
+				}
+				if err := pub.Publish(topic, msgs[n]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// readMessagesFile reads the whole file first, so that publishing is not paced by the disk.
+func readMessagesFile(path string) ([]*message.Message, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
 	dec := json.NewDecoder(bufio.NewReader(f))
+	var msgs []*message.Message
 	for {
 		var fm fileMessage
 		if err := dec.Decode(&fm); errors.Is(err, io.EOF) {
-			return nil
+			return msgs, nil
 		} else if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
+			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 		m := message.NewMessage(fm.UUID, fm.Payload)
 		for k, v := range fm.Metadata {
 			m.Metadata.Set(k, v)
 		}
-		if err := pub.Publish(topic, m); err != nil {
-			return err
-		}
+		msgs = append(msgs, m)
 	}
 }

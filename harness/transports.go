@@ -139,7 +139,7 @@ func openTransport(ctx context.Context, kind transportKind, e *env, a transportA
 func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, pool *pgxpool.Pool, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	switch c.Transport {
 	case kafkaTransport, kafkaPgxTransport:
-		kc := consumerConfig{Name: c.Name, Session: defaultSession, Heartbeat: defaultHeartbeat, Rebalance: 2 * time.Second}
+		kc := consumerConfig{Variant: c.Variant, Name: c.Name, Session: defaultSession, Heartbeat: defaultHeartbeat, Rebalance: 2 * time.Second}
 		return kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               brokerList(c.Addr),
 			Unmarshaler:           kafka.DefaultMarshaler{},
