@@ -102,8 +102,12 @@ func WithConsumer(name string) Option {
 const MaxBatchSize = 64
 
 // DefaultBatchConcurrency is how many batches of one consumer run at once unless WithBatchConcurrency says
-// otherwise: each holds a connection of the pool for its transaction.
-const DefaultBatchConcurrency = 4
+// otherwise: one, so that batches of one process never wait for one another's row locks. A batch holds the locks
+// of every row its handlers wrote until its one commit, and its handlers write in the order they reach the
+// transaction: two batches whose handlers update the same rows (a few hot accounts) deadlock, which PostgreSQL
+// breaks only after deadlock_timeout (1 s), failing one handler. With 100 hot accounts, 4 batches at once ran at
+// 0.08 to 0.24 of per-message mode; one at a time, 0.66 to 1.75 (docs/throughput.md).
+const DefaultBatchConcurrency = 1
 
 // WithBatch turns on batch mode (group commit) in transaction mode: handler calls that are in flight at the same
 // time (several partitions, an AMQP prefetch, a NATS ack window, a GoChannel) share one transaction of up to
@@ -121,8 +125,9 @@ func WithBatch(maxWait time.Duration, maxSize int) Option {
 	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
 }
 
-// WithBatchConcurrency lets n batches of one consumer run at once instead of DefaultBatchConcurrency (4). More
-// batches are smaller ones; each holds one of the pool's connections while it runs.
+// WithBatchConcurrency lets n batches of one consumer run at once instead of DefaultBatchConcurrency (1). Raise it
+// when handlers write rows that concurrent messages rarely share: more batches use more connections (one each) and
+// overlap their round trips, but batches that share rows deadlock (see DefaultBatchConcurrency).
 func WithBatchConcurrency(n int) Option { return func(c *config) { c.batchRunning = n } }
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").
