@@ -26,18 +26,19 @@ import (
 //	                 pgx.Tx of pgxinbox.TxFromContext
 //	kind=middleware-begintx  the same over a Beginner that is not a pool, whose transactions begin with pgx's own
 //	                 BeginTx: BEGIN is a round trip of its own instead of travelling with the claim
+//	kind=interleaved the three above in turn on every worker, message by message (see interleaved)
 //
 // Each worker of each run updates a fresh account row of its own: in-flight messages do not queue on one row's lock,
 // and no kind inherits the dead row versions another left behind (they pile up while another session's snapshot
-// holds back their removal, and slow every later UPDATE of the row). Besides
-// ns/op and allocs/op, each sub-benchmark reports msgs/s, rt/msg (round trips per message, counted on the
-// connections' sockets) and cpu-µs/msg (the process's user and system CPU time per message, the client's cost
-// where PostgreSQL runs on another machine); each middleware also reports x-ceiling, its msgs/s over the
-// ceiling's run just before it. wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its
-// round trips; with -v it is told apart by the kind of round trip (BEGIN, COMMIT, one statement, a pipeline).
-// Other work on the same database shifts every kind alike, so read ratios, never absolute rates. -count repeats
-// each sub-benchmark back to back, far apart from its counterparts; repeat whole runs instead, so that each ratio
-// compares neighbours:
+// holds back their removal, and slow every later UPDATE of the row). Besides ns/op and allocs/op, each
+// sub-benchmark reports msgs/s, rt/msg (round trips per message, counted on the connections' sockets) and
+// cpu-µs/msg (the process's user and system CPU time per message, the client's cost where PostgreSQL runs on
+// another machine); each middleware also reports x-ceiling, its msgs/s over the ceiling's run just before it.
+// wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its round trips; with -v it is
+// told apart by the kind of round trip (BEGIN, COMMIT, one statement, a pipeline). Read ratios, never absolute
+// rates. On a machine whose database serves other work, back-to-back runs of a few seconds swing by half or more
+// and only kind=interleaved's x-ceiling ratios hold from run to run. -count repeats each sub-benchmark back to
+// back, far apart from its counterparts; repeat whole runs instead:
 //
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench Throughput -benchmem .; done | tee tput.txt
 //	benchstat -col /kind tput.txt
