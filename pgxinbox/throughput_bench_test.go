@@ -26,16 +26,19 @@ import (
 //	                 pgx.Tx of pgxinbox.TxFromContext
 //	kind=middleware-begintx  the same over a Beginner that is not a pool, whose transactions begin with pgx's own
 //	                 BeginTx: BEGIN is a round trip of its own instead of travelling with the claim
+//	kind=interleaved the three above in turn on every worker, message by message (see interleaved)
 //
-// Each worker updates an account row of its own, so that in-flight messages do not queue on one row's lock. Besides
-// ns/op and allocs/op, each sub-benchmark reports msgs/s, rt/msg (round trips per message, counted on the
-// connections' sockets) and cpu-µs/msg (the process's user and system CPU time per message, the client's cost
-// where PostgreSQL runs on another machine); each middleware also reports x-ceiling, its msgs/s over the
-// ceiling's run just before it. wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its
-// round trips; with -v it is told apart by the kind of round trip (BEGIN, COMMIT, one statement, a pipeline).
-// Other work on the same database shifts every kind alike, so read ratios, never absolute rates. -count repeats
-// each sub-benchmark back to back, far apart from its counterparts; repeat whole runs instead, so that each ratio
-// compares neighbours:
+// Each worker of each run updates a fresh account row of its own: in-flight messages do not queue on one row's lock,
+// and no kind inherits the dead row versions another left behind (they pile up while another session's snapshot
+// holds back their removal, and slow every later UPDATE of the row). Besides ns/op and allocs/op, each
+// sub-benchmark reports msgs/s, rt/msg (round trips per message, counted on the connections' sockets) and
+// cpu-µs/msg (the process's user and system CPU time per message, the client's cost where PostgreSQL runs on
+// another machine); each middleware also reports x-ceiling, its msgs/s over the ceiling's run just before it.
+// wait-µs/msg is the time a message waited for PostgreSQL's answers, summed over its round trips; with -v it is
+// told apart by the kind of round trip (BEGIN, COMMIT, one statement, a pipeline). Read ratios, never absolute
+// rates. On a machine whose database serves other work, back-to-back runs of a few seconds swing by half or more
+// and only kind=interleaved's x-ceiling ratios hold from run to run. -count repeats each sub-benchmark back to
+// back, far apart from its counterparts; repeat whole runs instead:
 //
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench Throughput -benchmem .; done | tee tput.txt
 //	benchstat -col /kind tput.txt
@@ -53,9 +56,18 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	pool := openCountingPoolWith(b, &trips, pgx.QueryExecModeCacheStatement, params)
 	bundle := newBundleOn(b, pool)
 	ctx := context.Background()
-	const maxInFlight = 8
-	if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1) g`, maxInFlight); err != nil {
-		b.Fatal(err)
+	var lastAccount atomic.Int64
+	lastAccount.Store(1) // the bundle's own
+	freshAccounts := func(b *testing.B, n int) []int {
+		first := int(lastAccount.Add(int64(n))) - n + 1
+		if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series($1::int, $2::int) g`, first, first+n-1); err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = first + i
+		}
+		return ids
 	}
 	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
 	// The dialect's claim, spelled out: the ceiling sends what the inbox sends.
@@ -73,9 +85,8 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	handle := func(ib *inbox.Inbox) func(w int) func(context.Context, string) error {
-		return func(w int) func(context.Context, string) error {
-			account := w + 1
+	handle := func(ib *inbox.Inbox) func(account int) func(context.Context, string) error {
+		return func(account int) func(context.Context, string) error {
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				tx, ok := pgxinbox.TxFromContext(msg.Context())
 				if !ok {
@@ -93,9 +104,8 @@ func benchThroughput(b *testing.B, params map[string]string) {
 			}
 		}
 	}
-	kinds := map[string]func(w int) func(ctx context.Context, id string) error{
-		"ceiling": func(w int) func(context.Context, string) error {
-			account := w + 1
+	kinds := map[string]func(account int) func(ctx context.Context, id string) error{
+		"ceiling": func(account int) func(context.Context, string) error {
 			return func(ctx context.Context, id string) error {
 				return ceilingMessage(ctx, pool, claim, update, id, account)
 			}
@@ -111,9 +121,10 @@ func benchThroughput(b *testing.B, params map[string]string) {
 			for _, kind := range []string{"ceiling", "middleware-begintx", "middleware"} {
 				b.Run("kind="+kind, func(b *testing.B) {
 					prefix := fmt.Sprintf("%s-%d-%d-", kind, runs.Add(1), time.Now().UnixNano())
+					accounts := freshAccounts(b, inflight)
 					workers := make([]func(context.Context, string) error, inflight)
 					for w := range workers {
-						workers[w] = kinds[kind](w)
+						workers[w] = kinds[kind](accounts[w])
 					}
 					rate := driveInFlight(b, &trips, workers, prefix, nil)
 					if kind == "ceiling" {
@@ -124,7 +135,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 				})
 			}
 			b.Run("kind=interleaved", func(b *testing.B) {
-				interleaved(b, &trips, kinds, inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
+				interleaved(b, &trips, kinds, freshAccounts(b, 3*inflight), inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
 			})
 		})
 	}
@@ -135,14 +146,15 @@ func benchThroughput(b *testing.B, params map[string]string) {
 // every worker busy all along, a kind's msgs/s is the in-flight count over its mean time per message, so the ratio
 // of two kinds' rates is the inverse ratio of their mean times; it reports each kind's µs/msg and each
 // middleware's x-ceiling from them. Its msgs/s, rt/msg and allocs/op are those of the mix.
-func interleaved(b *testing.B, trips *tripCounter, kinds map[string]func(w int) func(context.Context, string) error, inflight int, prefix string) {
+// accounts holds a row for each kind of each worker.
+func interleaved(b *testing.B, trips *tripCounter, kinds map[string]func(account int) func(context.Context, string) error, accounts []int, inflight int, prefix string) {
 	names := []string{"ceiling", "middleware-begintx", "middleware"}
 	var spent, count [3]atomic.Int64
 	workers := make([]func(context.Context, string) error, inflight)
 	for w := range workers {
 		var own [3]func(context.Context, string) error
 		for k, name := range names {
-			own[k] = kinds[name](w)
+			own[k] = kinds[name](accounts[k*inflight+w])
 		}
 		turn := w
 		workers[w] = func(ctx context.Context, id string) error {
