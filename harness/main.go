@@ -44,6 +44,10 @@ Commands:
               10 ms handlers and with zero-work handlers, beside a ceiling: the inbox's claim-plus-credit
               transaction driven straight at PostgreSQL by one goroutine per partition.
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
+  storage-compact
+              Bytes per row of compact inbox layouts (consumer ids, a 1-byte state, a BRIN cleanup index) beside
+              today's table, and how the BRIN cleanup behaves: its speed, its ranges after pages are reused, and
+              the cost of a claim.
   storage-mysql
               The inbox's bytes per row on MariaDB or MySQL (mysqlinbox), every index counted, beside PostgreSQL's.
   transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
@@ -84,6 +88,8 @@ func main() {
 		err = throughputCommand(ctx, args)
 	case "storage":
 		err = runStorage(args)
+	case "storage-compact":
+		err = runStorageCompact(ctx, args)
 	case "storage-mysql":
 		err = runStorageMySQL(args)
 	case "transports":
