@@ -84,26 +84,7 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = $1`
-	inboxtest.Throughput(b, inboxtest.ThroughputTarget{
-		Accounts: accounts,
-		Bare: func(ctx context.Context, account int) error {
-			tx, err := tb.db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, effect, account); err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-			return tx.Commit()
-		},
-		New: func(opts ...inbox.Option) (*inbox.Inbox, error) {
-			return inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table)}, opts...)...)
-		},
-		Effect: func(msg *message.Message, account int) error {
-			tx, _ := inbox.TxFromContext(msg.Context())
-			_, err := tx.ExecContext(msg.Context(), effect, account)
-			return err
-		},
-	})
+	inboxtest.Throughput(b, inboxtest.StdSQLThroughput(tb.db, accounts, effect, func(opts ...inbox.Option) (*inbox.Inbox, error) {
+		return inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table)}, opts...)...)
+	}))
 }

@@ -2,6 +2,8 @@ package inboxtest
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -101,5 +103,33 @@ func Throughput(b *testing.B, t ThroughputTarget) {
 				})
 			})
 		}
+	}
+}
+
+// StdSQLThroughput is the ThroughputTarget of a database/sql database: effect is one UPDATE of account ($1, or ?
+// for MySQL), run without an inbox in a transaction of its own, and by the handler on the inbox's *sql.Tx.
+func StdSQLThroughput(db *sql.DB, accounts int, effect string, newInbox func(opts ...inbox.Option) (*inbox.Inbox, error)) ThroughputTarget {
+	return ThroughputTarget{
+		Accounts: accounts,
+		New:      newInbox,
+		Bare: func(ctx context.Context, account int) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, effect, account); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		},
+		Effect: func(msg *message.Message, account int) error {
+			tx, ok := inbox.TxFromContext(msg.Context())
+			if !ok {
+				return errors.New("no database/sql transaction in the handler's context")
+			}
+			_, err := tx.ExecContext(msg.Context(), effect, account)
+			return err
+		},
 	}
 }
