@@ -173,48 +173,14 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 	}
 	defer func() { err = errors.Join(err, s.unlock(ctx, pool, holder)) }()
 
-	consumers, err := s.listConsumers(ctx, pool)
+	r := cleanupRound{ctx: ctx, pool: pool, s: s, c: c, p: p, lock: lock, res: &res}
+	if sc, ok := s.d.(dialect.SpanCleaner); ok {
+		err = r.walk(sc)
+	} else {
+		err = r.byConsumer()
+	}
 	if err != nil {
 		return res, err
-	}
-	for _, consumer := range consumers {
-		from := time.Time{} // year 1, before any processed_at
-		for {
-			var picked, deleted int64
-			err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
-				held, err := s.d.ExtendLock(ctx, tx, lock)
-				if err != nil {
-					return err
-				}
-				if !held {
-					return errCleanupLockLost
-				}
-				b, err := s.d.CleanupBatch(ctx, tx, dialect.CleanupBatchParams{
-					Table: s.table, Consumer: consumer, From: from, Cutoff: res.Cutoff, Limit: p.BatchSize})
-				picked, deleted, from = b.Picked, b.Deleted, b.Next
-				return err
-			})
-			if err != nil {
-				return res, s.wrap("cleanup", err)
-			}
-			res.Batches++
-			if picked == 0 {
-				break
-			}
-			if deleted == 0 {
-				continue
-			}
-			res.Deleted += deleted
-			c.observer.RowsCleaned(ctx, CleanupEvent{Table: s.table, Consumer: consumer, Rows: deleted})
-			if p.Progress != nil {
-				p.Progress(CleanupProgress{Consumer: consumer, Batch: res.Batches, Deleted: deleted, Total: res.Deleted})
-			}
-			if p.Pause > 0 {
-				if err := sleep(ctx, p.Pause); err != nil {
-					return res, fmt.Errorf("inbox: cleanup %s: %w", s.table, err)
-				}
-			}
-		}
 	}
 
 	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
@@ -235,6 +201,142 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 			fields.Add(watermill.LogFields{"abandoned": res.Abandoned}))
 	}
 	return res, nil
+}
+
+// cleanupRound is one round of the cleanup, holding the lock; its batches each run in a short transaction that
+// first extends the lock, so that a cleaner that lost it deletes nothing more.
+type cleanupRound struct {
+	ctx  context.Context
+	pool driver.Pool
+	s    *opsStore
+	c    config
+	p    CleanupParams
+	lock dialect.LockParams
+	res  *CleanupResult
+}
+
+// batch runs fn in a short transaction after extending the lock.
+func (r *cleanupRound) batch(fn func(tx driver.Tx) error) error {
+	err := inShortTx(r.ctx, r.pool, r.s.d, func(tx driver.Tx) error {
+		held, err := r.s.d.ExtendLock(r.ctx, tx, r.lock)
+		if err != nil {
+			return err
+		}
+		if !held {
+			return errCleanupLockLost
+		}
+		return fn(tx)
+	})
+	r.res.Batches++
+	if err != nil {
+		return r.s.wrap("cleanup", err)
+	}
+	return nil
+}
+
+// deleted reports the rows one batch deleted, per consumer, then pauses if the params ask for it.
+func (r *cleanupRound) deleted(counts map[string]int64) error {
+	var total int64
+	for consumer, n := range counts {
+		if n == 0 {
+			continue
+		}
+		total += n
+		r.res.Deleted += n
+		r.c.observer.RowsCleaned(r.ctx, CleanupEvent{Table: r.s.table, Consumer: consumer, Rows: n})
+		if r.p.Progress != nil {
+			r.p.Progress(CleanupProgress{Consumer: consumer, Batch: r.res.Batches, Deleted: n, Total: r.res.Deleted})
+		}
+	}
+	if total > 0 && r.p.Pause > 0 {
+		if err := sleep(r.ctx, r.p.Pause); err != nil {
+			return fmt.Errorf("inbox: cleanup %s: %w", r.s.table, err)
+		}
+	}
+	return nil
+}
+
+// walk cleans the table in one walk of the pages that hold expired rows, for every consumer at once: windows of
+// about a batch of rows each, in page order, then whatever the walk did not meet, then the cleanup index's
+// summaries of the pages it emptied (dialect.SpanCleaner).
+func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
+	var span dialect.Span
+	err := r.batch(func(tx driver.Tx) error {
+		var err error
+		span, err = sc.CleanupSpan(r.ctx, tx, r.s.table, r.res.Cutoff)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	window := int64(1)
+	if span.RowsPerPage > 0 {
+		window = max(1, int64(float64(r.p.BatchSize)/span.RowsPerPage))
+	}
+	pages := dialect.CleanupPagesParams{Table: r.s.table, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize}
+	for from := span.First; from <= span.Last; from += window {
+		pages.From, pages.To = from, min(from+window, span.Last+1)
+		var counts map[string]int64
+		if err := r.batch(func(tx driver.Tx) (err error) {
+			counts, err = sc.CleanupPages(r.ctx, tx, pages)
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := r.deleted(counts); err != nil {
+			return err
+		}
+	}
+	for {
+		var counts map[string]int64
+		if err := r.batch(func(tx driver.Tx) (err error) {
+			counts, err = sc.CleanupRest(r.ctx, tx, pages)
+			return err
+		}); err != nil {
+			return err
+		}
+		if len(counts) == 0 {
+			break
+		}
+		if err := r.deleted(counts); err != nil {
+			return err
+		}
+	}
+	if span.Last < span.First {
+		return nil
+	}
+	pages.From, pages.To = span.First, span.Last+1
+	return r.batch(func(tx driver.Tx) error { return sc.CleanupSummarize(r.ctx, tx, pages) })
+}
+
+// byConsumer cleans one consumer's rows after another, each in batches that walk the cleanup index from where the
+// previous batch ended.
+func (r *cleanupRound) byConsumer() error {
+	consumers, err := r.s.listConsumers(r.ctx, r.pool)
+	if err != nil {
+		return err
+	}
+	for _, consumer := range consumers {
+		from := time.Time{} // year 1, before any processed_at
+		for {
+			var b dialect.CleanupBatch
+			if err := r.batch(func(tx driver.Tx) (err error) {
+				b, err = r.s.d.CleanupBatch(r.ctx, tx, dialect.CleanupBatchParams{
+					Table: r.s.table, Consumer: consumer, From: from, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize})
+				return err
+			}); err != nil {
+				return err
+			}
+			from = b.Next
+			if b.Picked == 0 {
+				break
+			}
+			if err := r.deleted(map[string]int64{consumer: b.Deleted}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // errCleanupLockLost stops a cleanup whose lock ran out and was taken by another instance, before it deletes more.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -25,12 +26,13 @@ type postgres struct {
 
 // pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
 type pgQueries struct {
-	claimSQL    string
-	unclaimSQL  string
-	producedSQL string
-	saveSQL     string
-	finishSQL   string
-	takeoverSQL string
+	consumerIDSQL string
+	claimSQL      string
+	unclaimSQL    string
+	producedSQL   string
+	saveSQL       string
+	finishSQL     string
+	takeoverSQL   string
 
 	leaseClaimSQL    string
 	leaseStateSQL    string
@@ -44,6 +46,10 @@ type pgQueries struct {
 	lockReleaseSQL    string
 	consumersSQL      string
 	cleanupBatchSQL   string
+	spanSQL           string
+	spanPagesSQL      string
+	spanRestSQL       string
+	summarizeSQL      string
 	abandonedSQL      string
 	memorySQL         string
 	statsConsumersSQL string
@@ -108,34 +114,50 @@ const (
 )
 
 func newPGQueries(table string) *pgQueries {
-	q := func(s string) string { return strings.ReplaceAll(s, "{table}", table) }
+	q := func(s string) string {
+		return strings.NewReplacer("{table}", table, "{now_minutes}", nowMinutesSQL).Replace(s)
+	}
 	return &pgQueries{
 
-		// The claim is the whole deduplication. The primary key (consumer, message_id) makes a second INSERT of
+		// Registers a consumer's name and returns its id (migrations/007_compact.up.sql), in a transaction of its
+		// own, once per consumer and process. Two processes registering one name at once are serialized by the
+		// unique index: the second waits for the first's commit and inserts nothing, and its SELECT, which reads
+		// the snapshot the statement began with, finds nothing either; the caller runs the statement again, and
+		// the new snapshot sees the first's row.
+		consumerIDSQL: q(`WITH registered AS (
+				INSERT INTO {table}_consumers (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id
+			)
+			SELECT id FROM registered UNION ALL SELECT id FROM {table}_consumers WHERE name = $1`),
+
+		// The claim is the whole deduplication. The primary key (message_id, consumer_id) makes a second INSERT of
 		// the same ID wait for the first transaction to end, then do nothing if it committed: racing copies are
 		// serialized by the index, with no lock of ours. RETURNING tells the caller, in the same round trip,
 		// whether this transaction owns the row. processed_at comes from the column default, the database clock.
-		// state is 'done' in the inbox's own transaction; 'applying' inside a transaction it does not commit
-		// (migrations/003_applying_guard.up.sql says why).
-		claimSQL: q(`INSERT INTO {table} (consumer, message_id, state) VALUES ($1, $2, $3)
-			ON CONFLICT (consumer, message_id) DO NOTHING
+		// state is 'd' (done) in the inbox's own transaction; 'a' (applying) inside a transaction it does not
+		// commit (migrations/003_applying_guard.up.sql says why). States travel as text and are cast: not every
+		// driver writes PostgreSQL's one-byte "char".
+		claimSQL: q(`INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
+			ON CONFLICT (message_id, consumer_id) DO NOTHING
 			RETURNING true`),
 
 		// Runs only in batch mode, for a message whose handler failed, on the row the batch claimed for it and has
 		// not committed: the other messages of the batch commit, and its redelivery must find no row.
-		unclaimSQL: q(`DELETE FROM {table} WHERE consumer = $1 AND message_id = $2`),
+		unclaimSQL: q(`DELETE FROM {table} WHERE message_id = $2 AND consumer_id = $1`),
 
 		// Runs only on a duplicate, which is rare, so the claim above stays one statement. A new statement takes a
 		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing. The state
 		// tells a finished message from one that lease mode claimed and has not finished, when a consumer's
 		// table saw both modes.
-		producedSQL: q(`SELECT i.state, p.produced FROM {table} i
-			LEFT JOIN {table}_produced p ON p.consumer = i.consumer AND p.message_id = i.message_id
-			WHERE i.consumer = $1 AND i.message_id = $2`),
+		producedSQL: q(`SELECT i.state::text, p.produced FROM {table} i
+			LEFT JOIN {table}_produced p ON p.message_id = i.message_id AND p.consumer_id = i.consumer_id
+			WHERE i.message_id = $2 AND i.consumer_id = $1`),
 
 		// Runs in the claim's transaction, only when the handler produced messages: they commit with the effect
-		// they describe, and can be sent again when the router's publish after the commit fails.
-		saveSQL: q(`INSERT INTO {table}_produced (consumer, message_id, produced) VALUES ($1, $2, $3)`),
+		// they describe, and can be sent again when the router's publish after the commit fails. The produced
+		// table has no foreign key to the inbox (007 says why), so a row deleted by hand may have left its
+		// produced messages behind: the claim that follows replaces them rather than failing on them.
+		saveSQL: q(`INSERT INTO {table}_produced (message_id, consumer_id, produced) VALUES ($2, $1, $3)
+			ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced`),
 
 		// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
 		// succeeded (migrations/003_applying_guard.up.sql says why). Turning the row 'done' and storing the produced
@@ -145,73 +167,86 @@ func newPGQueries(table string) *pgQueries {
 		// read the row as it was before the statement, so both see it 'applying' or neither does; the UPDATE's
 		// count tells the caller which.
 		finishSQL: q(`WITH saved AS (
-				INSERT INTO {table}_produced (consumer, message_id, produced)
-				SELECT consumer, message_id, $3::jsonb FROM {table}
-				WHERE consumer = $1 AND message_id = $2 AND state = 'applying' AND $3::jsonb IS NOT NULL
+				INSERT INTO {table}_produced (message_id, consumer_id, produced)
+				SELECT message_id, consumer_id, $3::jsonb FROM {table}
+				WHERE message_id = $2 AND consumer_id = $1 AND state = 'a' AND $3::jsonb IS NOT NULL
+				ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 			)
-			UPDATE {table} SET state = 'done' WHERE consumer = $1 AND message_id = $2 AND state = 'applying'`),
+			UPDATE {table} SET state = 'd' WHERE message_id = $2 AND consumer_id = $1 AND state = 'a'`),
 
 		// Runs only when a transaction-mode claim found a row that lease mode left: a consumer switched modes,
 		// or shares a table with a lease-mode handler of the same name. It takes the row, as $3, when lease mode
 		// would let a new holder take it: 'released', or 'processing' with a lease run out by the database clock.
 		// Under READ COMMITTED a concurrent lease claim makes this UPDATE wait and recheck the row's newest version,
 		// so only one of them gets it. Clearing the token fences off the old holder's writes.
-		takeoverSQL: q(`UPDATE {table} SET state = $3, locked_until = NULL, lease_token = NULL, processed_at = now()
-			WHERE consumer = $1 AND message_id = $2
-				AND (state = 'released' OR (state = 'processing' AND locked_until <= now()))
+		takeoverSQL: q(`UPDATE {table} SET state = $3::text::"char", locked_until = NULL, lease_token = NULL,
+				processed_at = {now_minutes}
+			WHERE message_id = $2 AND consumer_id = $1
+				AND (state = 'r' OR (state = 'p' AND locked_until <= now()))
 			RETURNING true`),
 
 		// Lease mode's claim, committed in a short transaction of its own so the claim is durable before the
-		// handler calls out. A new ID is inserted as 'processing'. An existing row is taken only when it is free: 'released' by a
-		// failed attempt, or 'processing' with a lease that has run out by the database clock, so consumers with
-		// skewed clocks agree on who holds it. The conflict path locks the row, so two takers are serialized and
-		// the second finds the first's live lease. The subquery reads the statement's snapshot, the row as it was
-		// before this statement: 'processing' there means a holder's lease expired and this is a takeover.
-		leaseClaimSQL: q(`INSERT INTO {table} AS t (consumer, message_id, state, attempts, lease_token, locked_until)
-			VALUES ($1, $2, 'processing', 1, $3, now() + $4 * interval '1 millisecond')
-			ON CONFLICT (consumer, message_id) DO UPDATE SET
-				state        = 'processing',
+		// handler calls out. A new ID is inserted as 'processing'. An existing row is taken only when it is free:
+		// 'released' by a failed attempt, or 'processing' with a lease that has run out by the database clock, so
+		// consumers with skewed clocks agree on who holds it. The conflict path locks the row, so two takers are
+		// serialized and the second finds the first's live lease.
+		//
+		// It looks first: prior reads the row as the statement's snapshot has it, and a finished row ('done' or
+		// 'failed', the common case of a redelivered copy) inserts nothing, so it meets no conflict. Without that
+		// the conflict path would lock the row, and write WAL and commit for it, even though its WHERE leaves the
+		// row as it is. prior also tells a takeover: 'processing' there means a holder's lease expired. It names
+		// $1 and $2 first, which gives them the columns' types (message_id is text or uuid) for the SELECT list.
+		leaseClaimSQL: q(`WITH prior AS (
+				SELECT state FROM {table} WHERE message_id = $2 AND consumer_id = $1
+			)
+			INSERT INTO {table} AS t (processed_at, consumer_id, message_id, state, attempts, lease_token, locked_until)
+			SELECT {now_minutes}, $1, $2, 'p', 1, $3::uuid, now() + $4 * interval '1 millisecond'
+			WHERE NOT EXISTS (SELECT 1 FROM prior WHERE state IN ('d', 'f'))
+			ON CONFLICT (message_id, consumer_id) DO UPDATE SET
+				state        = 'p',
 				attempts     = coalesce(t.attempts, 0) + 1,
 				lease_token  = excluded.lease_token,
 				locked_until = excluded.locked_until,
-				processed_at = now(),
-				last_error   = CASE WHEN t.state = 'processing'
+				processed_at = excluded.processed_at,
+				last_error   = CASE WHEN t.state = 'p'
 					THEN 'lease of attempt ' || t.attempts || ' expired' ELSE t.last_error END
-			WHERE t.state = 'released' OR (t.state = 'processing' AND t.locked_until <= now())
-			RETURNING attempts, coalesce(last_error, ''),
-				(SELECT p.state = 'processing' FROM {table} p WHERE p.consumer = $1 AND p.message_id = $2)`),
+			WHERE t.state = 'r' OR (t.state = 'p' AND t.locked_until <= now())
+			RETURNING attempts, coalesce(last_error, ''), (SELECT state = 'p' FROM prior)`),
 
 		// Runs only when the claim returned no row, to tell a finished message from a live lease. Milliseconds
 		// left are computed by the database, whose clock the lease is on.
 		// The produced messages come along for the 'done' case, so a duplicate costs this one extra round trip.
-		leaseStateSQL: q(`SELECT i.state, coalesce(i.attempts, 0),
+		leaseStateSQL: q(`SELECT i.state::text, coalesce(i.attempts, 0),
 				greatest(0, extract(epoch FROM i.locked_until - now()) * 1000)::bigint, p.produced
 			FROM {table} i
-			LEFT JOIN {table}_produced p ON p.consumer = i.consumer AND p.message_id = i.message_id
-			WHERE i.consumer = $1 AND i.message_id = $2`),
+			LEFT JOIN {table}_produced p ON p.message_id = i.message_id AND p.consumer_id = i.consumer_id
+			WHERE i.message_id = $2 AND i.consumer_id = $1`),
 
 		// Every write of a holder is a compare-and-set on its lease token and the 'processing' state: once the
 		// lease was taken over, the old holder's write matches no row, returns none, and it learns that it lost
 		// the lease.
 		leaseExtendSQL: q(`UPDATE {table} SET locked_until = now() + $4 * interval '1 millisecond'
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+			WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
 			RETURNING 1`),
-		leaseReleaseSQL: q(`UPDATE {table} SET state = 'released', locked_until = NULL, last_error = $4, processed_at = now()
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+		leaseReleaseSQL: q(`UPDATE {table} SET state = 'r', locked_until = NULL, last_error = $4,
+				processed_at = {now_minutes}
+			WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
 			RETURNING 1`),
 		// Marks 'done' and stores the produced messages, if any, in one statement: a crash cannot leave a 'done'
 		// row whose messages were never stored, which a redelivery would then skip without sending them.
 		leaseCompleteSQL: q(`WITH done AS (
-				UPDATE {table} SET state = 'done', locked_until = NULL, processed_at = now()
-				WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
-				RETURNING consumer, message_id
+				UPDATE {table} SET state = 'd', locked_until = NULL, processed_at = {now_minutes}
+				WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
+				RETURNING message_id, consumer_id
 			), saved AS (
-				INSERT INTO {table}_produced (consumer, message_id, produced)
-				SELECT consumer, message_id, $4::jsonb FROM done WHERE $4::jsonb IS NOT NULL
+				INSERT INTO {table}_produced (message_id, consumer_id, produced)
+				SELECT message_id, consumer_id, $4::jsonb FROM done WHERE $4::jsonb IS NOT NULL
+				ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 			)
 			SELECT 1 FROM done`),
-		leaseFailSQL: q(`UPDATE {table} SET state = 'failed', locked_until = NULL, last_error = $4, processed_at = now()
-			WHERE consumer = $1 AND message_id = $2 AND lease_token = $3 AND state = 'processing'
+		leaseFailSQL: q(`UPDATE {table} SET state = 'f', locked_until = NULL, last_error = $4,
+				processed_at = {now_minutes}
+			WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
 			RETURNING 1`),
 
 		// The cleanup's lock is a row of "{table}_locks" (migrations/006_locks.up.sql), held for a time by the
@@ -243,73 +278,107 @@ func newPGQueries(table string) *pgQueries {
 		// Only the holder frees the lock; one whose time ran out finds another holder's row and leaves it.
 		lockReleaseSQL: q(`DELETE FROM {table}_locks WHERE name = $1 AND holder = $2`),
 
-		// The distinct consumers, one primary-key probe each (a "loose index scan"): PostgreSQL 15 has no skip
-		// scan, and SELECT DISTINCT would read every row. Consumers are few; rows are many.
-		consumersSQL: q(`WITH RECURSIVE c AS (
-				(SELECT consumer FROM {table} ORDER BY consumer LIMIT 1)
-				UNION ALL
-				SELECT (SELECT t.consumer FROM {table} t WHERE t.consumer > c.consumer ORDER BY t.consumer LIMIT 1)
-				FROM c WHERE c.consumer IS NOT NULL
-			)
-			SELECT consumer FROM c WHERE consumer IS NOT NULL`),
+		// The consumers table lists every consumer once: the rows carry only ids.
+		consumersSQL: q(`SELECT name FROM {table}_consumers ORDER BY name`),
 
-		// One bounded batch of one consumer's expired rows, in its own short transaction: the locks it takes and
-		// the WAL it writes are bounded by $4 rows, and a claim is never blocked (it inserts new keys; the deleted
-		// rows are old ones). picked walks "{table}_processed_at" in order, from where the previous batch ended ($2,
-		// inclusive because rows of one transaction share a processed_at), so no batch steps again over the index
-		// entries of rows already deleted but not yet vacuumed; without that bound a long cleanup rereads a growing
-		// prefix of dead entries on every batch. The DELETE goes by ctid (a TID scan, no second index lookup) and
-		// repeats the conditions: if a row changed after picked read it (a 'released' row claimed again by lease
-		// mode), PostgreSQL rechecks the newest version, whose ctid and state no longer match, and leaves it.
-		// 'processing' rows are never deleted, live or not: they are unfinished messages (Cleanup says more).
-		// picked is read twice, so PostgreSQL materializes it once. The caller stops when picked is empty.
+		// One bounded batch of one consumer's expired rows. The cleanup itself walks the table's pages for all
+		// consumers at once (spanPagesSQL below); this serves dialect.Dialect's per-consumer contract. Rows of a
+		// minute are deleted only once the whole minute lies before the cutoff ($3, in minutes, rounded down), so
+		// no row goes early.
 		cleanupBatchSQL: q(`WITH picked AS (
-				SELECT ctid, processed_at FROM {table}
-				WHERE consumer = $1 AND state <> 'processing' AND processed_at >= $2 AND processed_at < $3
-				ORDER BY processed_at
+				SELECT ctid FROM {table}
+				WHERE consumer_id = (SELECT id FROM {table}_consumers WHERE name = $1)
+					AND state <> 'p' AND processed_at < $3
 				LIMIT $4
 			), deleted AS (
 				DELETE FROM {table}
-				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked))
-					AND consumer = $1 AND state <> 'processing' AND processed_at < $3
-				RETURNING 1
+				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND state <> 'p' AND processed_at < $3
+				RETURNING message_id, consumer_id
+			), gone AS (
+				DELETE FROM {table}_produced p USING deleted d
+				WHERE p.message_id = d.message_id AND p.consumer_id = d.consumer_id
 			)
-			SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM deleted),
-				coalesce((SELECT max(processed_at) FROM picked), $2)`),
+			SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM deleted), $2::timestamptz`),
+
+		// The cleanup's round starts here, before it deletes anything: every consumer's cleaned_before moves to the
+		// cutoff, so that Remembers never reports a consumer remembering further back than it does, and the span
+		// of pages holding expired rows is found in one pass over the ranges the BRIN index matches. The walk
+		// then reads each page of the span once (spanPagesSQL); a B-tree's batches would each descend from where
+		// the last one ended, and a BRIN index cannot return rows in order, which makes batches that search the
+		// index again read every page of the batches before them. Rows per page come from the planner's
+		// statistics, to size the windows.
+		spanSQL: q(`WITH marked AS (
+				UPDATE {table}_consumers SET cleaned_before = $2
+				WHERE cleaned_before IS NULL OR cleaned_before < $2
+			)
+			SELECT coalesce((min(ctid)::text::point)[0]::bigint, 0), coalesce((max(ctid)::text::point)[0]::bigint, -1),
+				(SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 0 END
+				 FROM pg_class WHERE oid = to_regclass('{table}'))
+			FROM {table} WHERE processed_at < $1 AND state <> 'p'`),
+
+		// One window of the walk: a TID range scan (PostgreSQL 14 and later) reads pages $2 to $3-1 and no others,
+		// and deletes their expired rows with their produced messages, in the batch's own short transaction.
+		// The counts come back per consumer, for the progress callback and the metrics.
+		spanPagesSQL: q(`WITH deleted AS (
+				DELETE FROM {table}
+				WHERE ctid >= format('(%s,0)', $2::bigint)::tid AND ctid < format('(%s,0)', $3::bigint)::tid
+					AND processed_at < $1 AND state <> 'p'
+				RETURNING message_id, consumer_id
+			), gone AS (
+				DELETE FROM {table}_produced p USING deleted d
+				WHERE p.message_id = d.message_id AND p.consumer_id = d.consumer_id
+			)
+			SELECT c.name, count(*) FROM deleted d JOIN {table}_consumers c ON c.id = d.consumer_id GROUP BY c.name`),
+
+		// After the walk, until it deletes nothing: any expired row the walk did not meet (one that a scan in
+		// another order placed before the span's start, or that moved there), found through the BRIN index.
+		// After a complete walk it reads the ranges once and finds nothing.
+		spanRestSQL: q(`WITH picked AS (
+				SELECT ctid FROM {table} WHERE processed_at < $1 AND state <> 'p' LIMIT $2
+			), deleted AS (
+				DELETE FROM {table}
+				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND processed_at < $1 AND state <> 'p'
+				RETURNING message_id, consumer_id
+			), gone AS (
+				DELETE FROM {table}_produced p USING deleted d
+				WHERE p.message_id = d.message_id AND p.consumer_id = d.consumer_id
+			)
+			SELECT c.name, count(*) FROM deleted d JOIN {table}_consumers c ON c.id = d.consumer_id GROUP BY c.name`),
+
+		// A BRIN summary only widens: a claim that lands in a page the cleanup freed stretches the range's
+		// summary from the oldest row it ever held to now, and from then on every cleanup reads the range. So the
+		// ranges the walk emptied are desummarized and summarized again from what they hold now (milliseconds
+		// for a day's ranges). Both take a SHARE UPDATE EXCLUSIVE lock, which conflicts with VACUUM and ANALYZE
+		// but not with claims or deletes; the caller sets a short lock_timeout and leaves a range it cannot
+		// reach to VACUUM, which summarizes every range without a summary. A range whose rows an older snapshot
+		// can still see keeps their values until a later round.
+		summarizeSQL: q(`SELECT count(brin_desummarize_range(to_regclass('{table}_processed_at'), r)),
+				count(brin_summarize_range(to_regclass('{table}_processed_at'), r))
+			FROM generate_series($1::bigint - $1::bigint % 32, $2::bigint - 1, 32) r`),
 
 		// 'processing' rows whose lease ran out before the cutoff: a holder died and no copy came to take over
 		// within the retention window. The cleanup leaves them and reports them. Served by "{table}_processing",
 		// which holds only 'processing' rows.
-		abandonedSQL: q(`SELECT count(*) FROM {table} WHERE state = 'processing' AND locked_until < $1`),
+		abandonedSQL: q(`SELECT count(*) FROM {table} WHERE state = 'p' AND locked_until < $1`),
 
-		// How far back each consumer remembers: its oldest row that is not 'processing' (an abandoned lease would
-		// otherwise make it look as if the consumer remembered forever), one probe of "{table}_processed_at" per
-		// consumer, so a metrics scrape can afford it. now() comes along so the age is measured on the clock
-		// that wrote processed_at.
-		memorySQL: q(`WITH RECURSIVE c AS (
-				(SELECT consumer FROM {table} ORDER BY consumer LIMIT 1)
-				UNION ALL
-				SELECT (SELECT t.consumer FROM {table} t WHERE t.consumer > c.consumer ORDER BY t.consumer LIMIT 1)
-				FROM c WHERE c.consumer IS NOT NULL
-			)
-			SELECT c.consumer, o.oldest, now()
-			FROM c CROSS JOIN LATERAL (
-				SELECT min(processed_at) AS oldest FROM {table} t
-				WHERE t.consumer = c.consumer AND t.state <> 'processing'
-			) o
-			WHERE c.consumer IS NOT NULL AND o.oldest IS NOT NULL
-			ORDER BY c.consumer`),
+		// How far back each consumer remembers: since it was registered, or since the cutoff of the last cleanup
+		// (greatest skips the NULL of a consumer never cleaned). One read of a table of a few rows, so a metrics
+		// scrape can afford it; a BRIN index cannot find each consumer's oldest row, and this answers the
+		// question the alarm asks more exactly besides (a consumer remembers the quiet hours before its oldest
+		// row too). now() comes along so the age is measured on the database's clock.
+		memorySQL: q(`SELECT name, greatest(created_at, cleaned_before), now() FROM {table}_consumers ORDER BY name`),
 
 		// Exact counts for an operator, so this one reads the whole table: seconds per ten million rows. It is
 		// run by hand (the CLI's stats), never by the Cleaner or a scrape.
-		statsConsumersSQL: q(`SELECT consumer, count(*),
-				count(*) FILTER (WHERE state = 'done'),
-				count(*) FILTER (WHERE state = 'failed'),
-				count(*) FILTER (WHERE state = 'released'),
-				count(*) FILTER (WHERE state = 'processing' AND locked_until > now()),
-				count(*) FILTER (WHERE state = 'processing' AND (locked_until IS NULL OR locked_until <= now())),
-				min(processed_at) FILTER (WHERE state <> 'processing')
-			FROM {table} GROUP BY consumer ORDER BY consumer`),
+		statsConsumersSQL: q(`SELECT c.name, count(*),
+				count(*) FILTER (WHERE i.state = 'd'),
+				count(*) FILTER (WHERE i.state = 'f'),
+				count(*) FILTER (WHERE i.state = 'r'),
+				count(*) FILTER (WHERE i.state = 'p' AND i.locked_until > now()),
+				count(*) FILTER (WHERE i.state = 'p' AND (i.locked_until IS NULL OR i.locked_until <= now())),
+				to_timestamp(min(i.processed_at) FILTER (WHERE i.state <> 'p') * 60::bigint)
+			FROM {table} i JOIN {table}_consumers c ON c.id = i.consumer_id
+			GROUP BY c.name ORDER BY c.name`),
 
 		// Sizes from the catalog, in bytes. to_regclass resolves the name through search_path as the other
 		// queries do, and yields NULL instead of an error when the table is missing. pg_table_size counts the
@@ -318,18 +387,26 @@ func newPGQueries(table string) *pgQueries {
 				coalesce(pg_total_relation_size(r), 0)
 			FROM to_regclass($1) r`,
 
-		// Removes one row so the message can be applied again. A live lease is kept unless forced: deleting it
-		// would let the next copy claim the message and call out while the holder is still calling, and the
-		// holder's own writes would then fail as if its lease had been taken over.
-		forgetSQL: q(`DELETE FROM {table}
-			WHERE consumer = $1 AND message_id = $2
-				AND (state <> 'processing' OR locked_until IS NULL OR locked_until <= now() OR $3)
-			RETURNING state, processed_at, coalesce(attempts, 0), coalesce(last_error, ''),
-				EXISTS (SELECT 1 FROM {table}_produced p WHERE p.consumer = $1 AND p.message_id = $2)`),
+		// Removes one row, with its produced messages, so the message can be applied again. A live lease is kept
+		// unless forced: deleting it would let the next copy claim the message and call out while the holder is
+		// still calling, and the holder's own writes would then fail as if its lease had been taken over.
+		forgetSQL: q(`WITH gone AS (
+				DELETE FROM {table}
+				WHERE message_id = $2 AND consumer_id = (SELECT id FROM {table}_consumers WHERE name = $1)
+					AND (state <> 'p' OR locked_until IS NULL OR locked_until <= now() OR $3)
+				RETURNING message_id, consumer_id, state, processed_at, attempts, last_error
+			), produced AS (
+				DELETE FROM {table}_produced p USING gone g
+				WHERE p.message_id = g.message_id AND p.consumer_id = g.consumer_id
+				RETURNING 1
+			)
+			SELECT state::text, to_timestamp(processed_at * 60::bigint), coalesce(attempts, 0),
+				coalesce(last_error, ''), EXISTS (SELECT 1 FROM produced)
+			FROM gone`),
 
 		// Runs only when forgetSQL deleted nothing, to tell a missing row from a live lease.
 		forgetLeftoverSQL: q(`SELECT greatest(0, extract(epoch FROM locked_until - now()) * 1000)::bigint
-			FROM {table} WHERE consumer = $1 AND message_id = $2`),
+			FROM {table} WHERE message_id = $2 AND consumer_id = (SELECT id FROM {table}_consumers WHERE name = $1)`),
 
 		// The versions table of Migrate. Users who apply the SQL files with their own tool have none.
 		versionsCreateSQL: q(`CREATE TABLE IF NOT EXISTS "{table}_migrations" (
@@ -340,6 +417,34 @@ func newPGQueries(table string) *pgQueries {
 		versionsReadSQL:   q(`SELECT coalesce(max(version), 0) FROM "{table}_migrations"`),
 		versionsRecordSQL: q(`INSERT INTO "{table}_migrations" (version, name) VALUES ($1, $2)`),
 	}
+}
+
+// nowMinutesSQL is the database clock as processed_at stores it: whole minutes since 1970, rounded down.
+const nowMinutesSQL = `(floor(extract(epoch FROM now()) / 60))::integer`
+
+// minutes is t as a cutoff on processed_at: a row of minute m holds times up to the end of that minute, so it is
+// older than t only when m is before t's minute.
+func minutes(t time.Time) int64 {
+	return int64(math.Floor(float64(t.Unix()) / 60))
+}
+
+// States are one byte in the table (migrations/007_compact.up.sql); the inbox names them.
+var stateCodes = map[string]string{"done": "d", "applying": "a", "processing": "p", "released": "r", "failed": "f"}
+
+func stateCode(name string) string {
+	if c, ok := stateCodes[name]; ok {
+		return c
+	}
+	return name
+}
+
+func stateName(code string) string {
+	for name, c := range stateCodes {
+		if c == code {
+			return name
+		}
+	}
+	return code
 }
 
 func (*postgres) Name() string { return "postgres" }
@@ -381,8 +486,28 @@ func sqlState(err error) string {
 // that would keep an unfinished claim.
 func (*postgres) JoinsSubscriberTx() bool { return true }
 
+// ConsumerID registers the consumer's name unless the consumers table has it, and returns its id. A name another
+// process is registering at the same moment is found by the next try (consumerIDSQL says why); three tries are
+// more than that needs.
+func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, consumer string) (int, error) {
+	query := pg.sql(table).consumerIDSQL
+	for try := 0; try < 3; try++ {
+		var id int
+		err := inShortTx(ctx, pool, pg, func(tx driver.Tx) error {
+			return tx.QueryRow(ctx, query, consumer).Scan(&id)
+		})
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, driver.ErrNoRows) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("consumer %s was not registered after three tries", consumer)
+}
+
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).claimSQL, p.Consumer, p.ID, p.State))
+	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
 }
 
 // batchKey names the batch claim of one table for one number of IDs.
@@ -401,18 +526,18 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 	query, ok := pg.batches.Load(key)
 	if !ok {
 		var b strings.Builder
-		b.WriteString("INSERT INTO " + p.Table + " (consumer, message_id, state) VALUES ")
+		b.WriteString("INSERT INTO " + p.Table + " (consumer_id, message_id, state) VALUES ")
 		for n := range p.IDs {
 			if n > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "($1, $%d, $2)", n+3)
+			fmt.Fprintf(&b, `($1, $%d, $2::text::"char")`, n+3)
 		}
-		b.WriteString(" ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id::text")
+		b.WriteString(" ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING message_id::text")
 		query, _ = pg.batches.LoadOrStore(key, b.String())
 	}
 	args := make([]any, 0, len(p.IDs)+2)
-	args = append(args, p.Consumer, p.State)
+	args = append(args, p.ConsumerID, stateCode(p.State))
 	for _, id := range p.IDs {
 		args = append(args, id)
 	}
@@ -433,27 +558,27 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 }
 
 func (pg *postgres) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
-	_, err := tx.Exec(ctx, pg.sql(p.Table).unclaimSQL, p.Consumer, p.ID)
+	_, err := tx.Exec(ctx, pg.sql(p.Table).unclaimSQL, p.ConsumerID, p.ID)
 	return err
 }
 
 func (pg *postgres) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
-	err = q.QueryRow(ctx, pg.sql(p.Table).producedSQL, p.Consumer, p.ID).Scan(&state, &produced)
-	return state, produced, err
+	err = q.QueryRow(ctx, pg.sql(p.Table).producedSQL, p.ConsumerID, p.ID).Scan(&state, &produced)
+	return stateName(state), produced, err
 }
 
 func (pg *postgres) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
-	_, err := tx.Exec(ctx, pg.sql(p.Table).saveSQL, p.Consumer, p.ID, nullable(p.Produced))
+	_, err := tx.Exec(ctx, pg.sql(p.Table).saveSQL, p.ConsumerID, p.ID, nullable(p.Produced))
 	return err
 }
 
 func (pg *postgres) Finish(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) (bool, error) {
-	n, err := tx.Exec(ctx, pg.sql(p.Table).finishSQL, p.Consumer, p.ID, nullable(p.Produced))
+	n, err := tx.Exec(ctx, pg.sql(p.Table).finishSQL, p.ConsumerID, p.ID, nullable(p.Produced))
 	return n == 1, err
 }
 
 func (pg *postgres) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).takeoverSQL, p.Consumer, p.ID, p.State))
+	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).takeoverSQL, p.ConsumerID, p.ID, stateCode(p.State)))
 }
 
 func (*postgres) Savepoint(ctx context.Context, tx driver.Executor, step dialect.SavepointStep) error {
@@ -472,7 +597,7 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 	var c dialect.LeaseClaim
 	q := pg.sql(p.Table)
 	var takeover sql.NullBool
-	err := tx.QueryRow(ctx, q.leaseClaimSQL, p.Consumer, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
+	err := tx.QueryRow(ctx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
 	if err == nil {
 		c.Claimed, c.Takeover = true, takeover.Bool
 		return c, nil
@@ -481,9 +606,10 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 		return c, err
 	}
 	var remainingMS int64
-	if err := tx.QueryRow(ctx, q.leaseStateSQL, p.Consumer, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced); err != nil {
+	if err := tx.QueryRow(ctx, q.leaseStateSQL, p.ConsumerID, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced); err != nil {
 		return c, fmt.Errorf("read lease: %w", err)
 	}
+	c.State = stateName(c.State)
 	c.Remaining = time.Duration(remainingMS) * time.Millisecond
 	return c, nil
 }
@@ -508,7 +634,7 @@ func (pg *postgres) FailLease(ctx context.Context, tx driver.Executor, p dialect
 // leaseWrite runs one of the holder's compare-and-set writes, each of which returns a row when it matched.
 func (*postgres) leaseWrite(ctx context.Context, tx driver.Executor, query string, p dialect.LeaseWriteParams, arg any) (bool, error) {
 	var one int
-	err := tx.QueryRow(ctx, query, p.Consumer, p.ID, p.Token, arg).Scan(&one)
+	err := tx.QueryRow(ctx, query, p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
 	if errors.Is(err, driver.ErrNoRows) {
 		return false, nil
 	}
@@ -546,8 +672,53 @@ func (pg *postgres) Consumers(ctx context.Context, tx driver.Executor, table str
 }
 
 func (pg *postgres) CleanupBatch(ctx context.Context, tx driver.Executor, p dialect.CleanupBatchParams) (b dialect.CleanupBatch, err error) {
-	err = tx.QueryRow(ctx, pg.sql(p.Table).cleanupBatchSQL, p.Consumer, p.From, p.Cutoff, p.Limit).Scan(&b.Picked, &b.Deleted, &b.Next)
+	err = tx.QueryRow(ctx, pg.sql(p.Table).cleanupBatchSQL, p.Consumer, p.From, minutes(p.Cutoff), p.Limit).Scan(&b.Picked, &b.Deleted, &b.Next)
 	return b, err
+}
+
+func (pg *postgres) CleanupSpan(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (sp dialect.Span, err error) {
+	err = tx.QueryRow(ctx, pg.sql(table).spanSQL, minutes(cutoff), cutoff).Scan(&sp.First, &sp.Last, &sp.RowsPerPage)
+	return sp, err
+}
+
+func (pg *postgres) CleanupPages(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (map[string]int64, error) {
+	return scanCounts(ctx, tx, pg.sql(p.Table).spanPagesSQL, minutes(p.Cutoff), p.From, p.To)
+}
+
+func (pg *postgres) CleanupRest(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (map[string]int64, error) {
+	return scanCounts(ctx, tx, pg.sql(p.Table).spanRestSQL, minutes(p.Cutoff), p.Limit)
+}
+
+// summarizeLockTimeout bounds the wait of CleanupSummarize for its lock: an autovacuum of the table holds the
+// same one (and PostgreSQL cancels it for us only after deadlock_timeout), and VACUUM summarizes the ranges too.
+const summarizeLockTimeout = `SET LOCAL lock_timeout = '2s'`
+
+func (pg *postgres) CleanupSummarize(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) error {
+	if p.To <= p.From {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, summarizeLockTimeout); err != nil {
+		return err
+	}
+	var desummarized, summarized int64
+	err := tx.QueryRow(ctx, pg.sql(p.Table).summarizeSQL, p.From, p.To).Scan(&desummarized, &summarized)
+	if sqlState(err) == "55P03" { // lock_not_available: leave it to VACUUM
+		return nil
+	}
+	return err
+}
+
+// scanCounts runs a statement that returns (consumer, count) rows.
+func scanCounts(ctx context.Context, tx driver.Executor, query string, args ...any) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := dialect.ScanRows(ctx, tx, query, args, func(r driver.Rows) error {
+		var consumer string
+		var n int64
+		err := r.Scan(&consumer, &n)
+		out[consumer] += n
+		return err
+	})
+	return out, err
 }
 
 func (pg *postgres) CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (n int64, err error) {
@@ -574,6 +745,7 @@ func (pg *postgres) Forget(ctx context.Context, tx driver.Executor, p dialect.Fo
 	err = tx.QueryRow(ctx, q.forgetSQL, p.Consumer, p.ID, p.Force).
 		Scan(&f.State, &f.ProcessedAt, &f.Attempts, &f.LastError, &f.HadProduced)
 	if err == nil {
+		f.State = stateName(f.State)
 		f.Deleted = true
 		return f, nil
 	}
@@ -651,7 +823,7 @@ func migrationLockKey(table string) int64 {
 
 func (*postgres) InspectSchema(ctx context.Context, q driver.Executor, table string) (dialect.SchemaReport, error) {
 	r, err := inspectSchema(ctx, q, table)
-	return dialect.SchemaReport{IDType: string(r.idType), Missing: r.missing, Absent: r.absent, Wrong: r.wrong}, err
+	return dialect.SchemaReport{IDType: string(r.idType), Missing: r.missing, Absent: r.absent, Wrong: r.wrong, Outdated: r.outdated}, err
 }
 
 // scanTrue scans a row that is there when a statement took effect, and nothing when it did not.

@@ -45,7 +45,7 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 			"that would keep an unfinished claim; let the inbox begin its own transaction (WithSubscriberTx(false))",
 			ErrInvalidOption, d.dialect.Name())
 	}
-	return &Inbox{db: d, cfg: c, store: newStore(d.dialect, c.table), readiness: newReadiness(c.table)}, nil
+	return &Inbox{db: d, cfg: c, store: newStore(d.dialect, c.table, d.pool), readiness: newReadiness(c.table)}, nil
 }
 
 // Middleware returns a router middleware that applies each message at most once per consumer, with its effect,

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,14 +17,38 @@ import (
 type store struct {
 	d     dialect.Dialect
 	table string
+	pool  driver.Pool
+	ids   sync.Map // consumer name -> int: the id the database stores for it
 }
 
-func newStore(d dialect.Dialect, table string) *store { return &store{d: d, table: table} }
+func newStore(d dialect.Dialect, table string, pool driver.Pool) *store {
+	return &store{d: d, table: table, pool: pool}
+}
+
+// consumerID returns the id the database stores for consumer, registering the name the first time this Inbox
+// meets it, in a short transaction of its own that has committed when the id is used: a claim then never names an
+// id that a rollback could take back. Ids are forgotten when a statement finds the table gone (wrap), since a table
+// created again numbers its consumers anew.
+func (s *store) consumerID(ctx context.Context, consumer string) (int, error) {
+	if id, ok := s.ids.Load(consumer); ok {
+		return id.(int), nil
+	}
+	id, err := s.d.ConsumerID(ctx, s.pool, s.table, consumer)
+	if err != nil {
+		return 0, s.wrap("register consumer", consumer, "", err)
+	}
+	s.ids.Store(consumer, id)
+	return id, nil
+}
 
 // claim inserts the row for (consumer, id) in tx, in state, and reports whether tx now owns it. false means the
 // message was applied before, by a transaction that committed.
 func (s *store) claim(ctx context.Context, tx driver.Tx, consumer, id, state string) (bool, error) {
-	claimed, err := s.d.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ID: id, State: state})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return false, err
+	}
+	claimed, err := s.d.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
 	if err != nil {
 		return false, s.wrap("claim", consumer, id, err)
 	}
@@ -33,7 +58,11 @@ func (s *store) claim(ctx context.Context, tx driver.Tx, consumer, id, state str
 // claimBatch claims the sorted, distinct ids of consumer in tx, in one statement where the dialect can, and returns
 // the ones tx now owns.
 func (s *store) claimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
-	claimed, err := s.d.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: s.table, Consumer: consumer, IDs: ids, State: stateDone})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := s.d.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids, State: stateDone})
 	if err != nil {
 		return nil, s.wrap("batch claim", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
 	}
@@ -42,7 +71,11 @@ func (s *store) claimBatch(ctx context.Context, tx driver.Tx, consumer string, i
 
 // unclaim deletes the row tx claimed for (consumer, id) and has not committed.
 func (s *store) unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
-	if err := s.d.Unclaim(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ID: id}); err != nil {
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return err
+	}
+	if err := s.d.Unclaim(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id}); err != nil {
 		return s.wrap("give back claim", consumer, id, err)
 	}
 	return nil
@@ -51,7 +84,11 @@ func (s *store) unclaim(ctx context.Context, tx driver.Tx, consumer, id string) 
 // produced returns the state of (consumer, id) and the messages the handler produced when it applied it, if any
 // were stored.
 func (s *store) produced(ctx context.Context, q driver.Executor, consumer, id string) (state string, msgs []*message.Message, err error) {
-	state, raw, err := s.d.ReadRow(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ID: id})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return "", nil, err
+	}
+	state, raw, err := s.d.ReadRow(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
 	if err != nil {
 		return "", nil, s.wrap("read produced messages", consumer, id, err)
 	}
@@ -76,7 +113,11 @@ func (s *store) saveProduced(ctx context.Context, tx driver.Tx, consumer, id str
 	if raw == nil {
 		return nil
 	}
-	err := s.d.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ID: id, Produced: raw})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return err
+	}
+	err = s.d.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
 	if err != nil {
 		return s.wrapProduced("store produced messages", consumer, id, err)
 	}
@@ -85,7 +126,11 @@ func (s *store) saveProduced(ctx context.Context, tx driver.Tx, consumer, id str
 
 // finish turns an 'applying' claim 'done' and stores raw with it, in one statement.
 func (s *store) finish(ctx context.Context, tx driver.Tx, consumer, id string, raw []byte) error {
-	ok, err := s.d.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ID: id, Produced: raw})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return err
+	}
+	ok, err := s.d.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
 	if err != nil {
 		return s.wrapProduced("finish claim", consumer, id, err)
 	}
@@ -98,7 +143,11 @@ func (s *store) finish(ctx context.Context, tx driver.Tx, consumer, id string, r
 // takeOver claims, in tx, a row that lease mode left free: 'released' by a failed attempt, or 'processing' with a
 // lease that ran out. It reports false when the row is held by a live lease, or finished, by now.
 func (s *store) takeOver(ctx context.Context, tx driver.Tx, consumer, id, state string) (bool, error) {
-	took, err := s.d.TakeOver(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ID: id, State: state})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return false, err
+	}
+	took, err := s.d.TakeOver(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
 	if err != nil {
 		return false, s.wrap("take over lease-mode row", consumer, id, err)
 	}
@@ -129,6 +178,7 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 	switch s.d.Classify(err) {
 	case dialect.NoTable:
 		noteSchemaLost(s.table)
+		s.ids.Clear()
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
 	case dialect.IDRefused:
 		if op == "claim" || op == "claim lease" {
@@ -154,8 +204,12 @@ type leaseClaim struct {
 // nothing, the read of the row run in one short transaction of their own (see inShortTx).
 func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
 	var c leaseClaim
-	err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
-		dc, err := s.d.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ID: id, Token: token, Lease: lease})
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return c, err
+	}
+	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+		dc, err := s.d.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
 		if err != nil {
 			return s.wrap("claim lease", consumer, id, err)
 		}
@@ -175,9 +229,13 @@ type leaseOp func(context.Context, driver.Executor, dialect.LeaseWriteParams) (b
 // lease. stores tells a write that stores produced messages, the one value that can be refused for itself.
 func (s *store) fenced(ctx context.Context, pool driver.Pool, write leaseOp, stores bool, op, consumer, id, token string, arg any) error {
 	var held bool
-	err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return err
+	}
+	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		var err error
-		held, err = write(ctx, tx, dialect.LeaseWriteParams{Table: s.table, Consumer: consumer, ID: id, Token: token, Arg: arg})
+		held, err = write(ctx, tx, dialect.LeaseWriteParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Arg: arg})
 		return err
 	})
 	switch {

@@ -136,7 +136,7 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 	if err != nil {
 		return "", err
 	}
-	if i.cfg.autoMigrate && (report.missing || report.incomplete()) {
+	if i.cfg.autoMigrate && (report.missing || report.outdated || report.incomplete()) {
 		res, err := migrate(ctx, i.db, i.cfg)
 		if err != nil {
 			return "", err

@@ -20,12 +20,14 @@ import (
 // inbox table, the first entry, and then expects wherever {id} appears. The migrations table is not part of it:
 // users who apply the SQL files with their own tool have none.
 var schemaShape = []shapeObject{
-	tableShape("{table}", "consumer, message_id",
-		"processed_at timestamp with time zone not null", "consumer text not null", "message_id {id} not null",
-		"state text not null", "locked_until timestamp with time zone", "attempts integer", "lease_token uuid",
+	tableShape("{table}", "message_id, consumer_id",
+		"processed_at integer not null", "consumer_id smallint not null", `state "char" not null`,
+		"message_id {id} not null", "locked_until timestamp with time zone", "attempts integer", "lease_token uuid",
 		"last_error text"),
-	tableShape("{table}_produced", "consumer, message_id",
-		"consumer text not null", "message_id {id} not null", "produced jsonb not null"),
+	tableShape("{table}_produced", "message_id, consumer_id",
+		"message_id {id} not null", "consumer_id smallint not null", "produced jsonb not null"),
+	tableShape("{table}_consumers", "id", "id smallint not null", "name text not null",
+		"created_at timestamp with time zone not null", "cleaned_before timestamp with time zone"),
 	triggerShape("{table}", "{table}_unfinished_claim"),
 	indexShape("{table}", "{table}_processed_at"),
 	indexShape("{table}", "{table}_processing"),
@@ -82,11 +84,13 @@ type schemaReport struct {
 	missing bool     // the inbox table does not exist
 	absent  []string // objects of schemaShape that do not exist
 	wrong   []string // objects that exist in another shape
+	// outdated is true when the inbox table has the layout of an older version, which Migrate moves to this one.
+	outdated bool
 }
 
 // fromDialectReport turns a dialect's report into the inbox's.
 func fromDialectReport(r dialect.SchemaReport) schemaReport {
-	return schemaReport{idType: IDType(r.IDType), missing: r.Missing, absent: r.Absent, wrong: r.Wrong}
+	return schemaReport{idType: IDType(r.IDType), missing: r.Missing, absent: r.Absent, wrong: r.Wrong, outdated: r.Outdated}
 }
 
 // incomplete reports whether only whole objects are missing, which Migrate can add without touching what exists.
@@ -97,6 +101,10 @@ func (r schemaReport) err(table string) error {
 	switch {
 	case r.missing:
 		return fmt.Errorf("%w: table %s, and WithAutoMigrate is off", ErrSchemaMissing, table)
+	case r.outdated:
+		return fmt.Errorf("%w: table %s has the layout of an older version of the inbox: run inbox.Migrate, which "+
+			"moves its rows to the current layout and keeps every one (docs/storage.md says what it locks, and for how long)",
+			ErrSchemaDrift, table)
 	case len(r.absent) > 0 || len(r.wrong) > 0:
 		return fmt.Errorf("%w: %s", ErrSchemaDrift, strings.Join(append(append([]string(nil), r.wrong...), r.absent...), "; "))
 	}
@@ -177,6 +185,11 @@ func (r *schemaReport) checkTable(ctx context.Context, q driver.Executor, table,
 		return err
 	}
 
+	if _, named := got["consumer"]; inbox && named {
+		if _, numbered := got["consumer_id"]; !numbered {
+			r.outdated = true // the layout of versions 1 to 6, which 007 moves to this one
+		}
+	}
 	expected := map[string]bool{}
 	for _, w := range want {
 		expected[w.name] = true

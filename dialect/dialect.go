@@ -30,6 +30,11 @@ type Dialect interface {
 	// returns false, and the inbox refuses to be built with a way to join one.
 	JoinsSubscriberTx() bool
 
+	// ConsumerID returns the id the database stores for a consumer's name, registering the name if it is new, in
+	// a transaction of its own that has committed when it returns: rows carry the id instead of the name. The
+	// inbox asks once per consumer and passes the id in the params below; a dialect that stores names returns 0.
+	ConsumerID(ctx context.Context, pool driver.Pool, table, consumer string) (int, error)
+
 	// Claim inserts the row of (Consumer, ID) in State, and reports whether the transaction now owns it; false
 	// means the row was there, and the transaction did not take it.
 	Claim(ctx context.Context, tx driver.Executor, p ClaimParams) (claimed bool, err error)
@@ -73,14 +78,15 @@ type Dialect interface {
 	ExtendLock(ctx context.Context, tx driver.Executor, p LockParams) (held bool, err error)
 	// ReleaseLock frees Holder's lock; another holder's is left alone.
 	ReleaseLock(ctx context.Context, tx driver.Executor, p LockParams) error
-	// Consumers lists the consumers that have rows, in order.
+	// Consumers lists the table's consumers, in order.
 	Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error)
 	// CleanupBatch deletes at most Limit of one consumer's rows, not 'processing', with From <= processed_at <
 	// Cutoff, oldest first.
 	CleanupBatch(ctx context.Context, tx driver.Executor, p CleanupBatchParams) (CleanupBatch, error)
 	// CountAbandoned counts 'processing' rows whose lease ran out before cutoff.
 	CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (int64, error)
-	// Remembers returns each consumer's oldest row that is not 'processing', with the database's clock.
+	// Remembers returns, for each consumer, the time since which it remembers every message it applied (its
+	// oldest row that is not 'processing', or what the dialect records of it), with the database's clock.
 	Remembers(ctx context.Context, tx driver.Executor, table string) ([]Memory, error)
 	// Stats counts each consumer's rows by state and reads the table's size; Exists is false without the table.
 	Stats(ctx context.Context, tx driver.Executor, table string) (Stats, error)
@@ -95,6 +101,43 @@ type Dialect interface {
 	Migrate(ctx context.Context, pool driver.Pool, p MigrateParams) (from, to int, err error)
 	// InspectSchema compares the table's schema with the shape the inbox needs.
 	InspectSchema(ctx context.Context, q driver.Executor, table string) (SchemaReport, error)
+}
+
+// SpanCleaner is implemented by a dialect whose cleanup walks the table's pages once for all consumers instead of
+// consumer by consumer through an index: PostgreSQL's, whose cleanup index is a BRIN index that summarizes pages
+// rather than listing rows. The cleanup runs CleanupSpan once, CleanupPages for each window of the span in page
+// order, CleanupRest until it deletes nothing, and CleanupSummarize for the span, each in a short transaction of
+// its own. A row "to delete" is one older than the cutoff and not 'processing'.
+type SpanCleaner interface {
+	// CleanupSpan records Cutoff as the time before which every consumer's rows may be gone (before any is
+	// deleted, so that what Remembers reports is never too long), and returns the span of pages that hold rows
+	// to delete.
+	CleanupSpan(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (Span, error)
+	// CleanupPages deletes the rows to delete on pages From to To-1, with their produced messages, and counts
+	// them per consumer.
+	CleanupPages(ctx context.Context, tx driver.Executor, p CleanupPagesParams) (map[string]int64, error)
+	// CleanupRest deletes at most Limit rows to delete wherever they are, for rows a walk in page order did not
+	// meet, and counts them per consumer.
+	CleanupRest(ctx context.Context, tx driver.Executor, p CleanupPagesParams) (map[string]int64, error)
+	// CleanupSummarize brings the cleanup index's summaries of pages From to To-1 up to date after a walk
+	// deleted rows there. It may give up, returning nil, when it would wait for a lock; VACUUM then does it.
+	CleanupSummarize(ctx context.Context, tx driver.Executor, p CleanupPagesParams) error
+}
+
+// Span is the pages of a table that hold rows a cleanup deletes: First to Last, both included; none when Last <
+// First.
+type Span struct {
+	First, Last int64
+	// RowsPerPage is the table's average, for sizing the walk's windows; 0 when unknown.
+	RowsPerPage float64
+}
+
+// CleanupPagesParams are the inputs of SpanCleaner's operations.
+type CleanupPagesParams struct {
+	Table    string
+	Cutoff   time.Time
+	From, To int64 // pages: From included, To not
+	Limit    int   // CleanupRest's batch size
 }
 
 // ErrorKind is what a driver error means to the inbox.
@@ -140,6 +183,8 @@ const (
 // ClaimParams are the inputs of Claim and TakeOver.
 type ClaimParams struct {
 	Table, Consumer, ID string
+	// ConsumerID is what ConsumerID returned for Consumer.
+	ConsumerID int
 	// State is "done" in a transaction the inbox commits, "applying" in one it does not.
 	State string
 }
@@ -147,6 +192,7 @@ type ClaimParams struct {
 // ClaimBatchParams are the inputs of ClaimBatch.
 type ClaimBatchParams struct {
 	Table, Consumer string
+	ConsumerID      int      // what ConsumerID returned for Consumer
 	IDs             []string // sorted, distinct
 	// State is "done": a batch is always in a transaction the inbox commits.
 	State string
@@ -155,11 +201,13 @@ type ClaimBatchParams struct {
 // RowParams name one row.
 type RowParams struct {
 	Table, Consumer, ID string
+	ConsumerID          int // what ConsumerID returned for Consumer
 }
 
 // ProducedParams are the inputs of SaveProduced and Finish.
 type ProducedParams struct {
 	Table, Consumer, ID string
+	ConsumerID          int // what ConsumerID returned for Consumer
 	// Produced is the JSON of the produced messages, nil for none.
 	Produced []byte
 }
@@ -167,6 +215,7 @@ type ProducedParams struct {
 // LeaseClaimParams are the inputs of ClaimLease.
 type LeaseClaimParams struct {
 	Table, Consumer, ID string
+	ConsumerID          int // what ConsumerID returned for Consumer
 	// Token is the new holder's fence, a UUID.
 	Token string
 	// Lease is how long the lease lasts, by the database clock.
@@ -194,6 +243,7 @@ type LeaseClaim struct {
 // LeaseWriteParams are the inputs of the lease holder's writes.
 type LeaseWriteParams struct {
 	Table, Consumer, ID, Token string
+	ConsumerID                 int // what ConsumerID returned for Consumer
 	// Arg is the write's one value: see Dialect.ExtendLease.
 	Arg any
 }
@@ -292,4 +342,7 @@ type SchemaReport struct {
 	Missing bool
 	// Absent lists objects that do not exist; Wrong lists objects that exist in another shape.
 	Absent, Wrong []string
+	// Outdated is true when the inbox table has the layout of an older version, which Migrate moves to the
+	// current one.
+	Outdated bool
 }

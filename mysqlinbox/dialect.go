@@ -88,6 +88,11 @@ func (*mysqlDialect) Classify(err error) dialect.ErrorKind {
 	return dialect.Other
 }
 
+// ConsumerID is 0 for every consumer: MySQL's rows carry the consumer's name.
+func (*mysqlDialect) ConsumerID(context.Context, driver.Pool, string, string) (int, error) {
+	return 0, nil
+}
+
 func (m *mysqlDialect) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
 	_, err := tx.Exec(ctx, m.sql(p.Table).claim, p.Consumer, p.ID, p.State)
 	if errNumber(err) == erDupEntry {
