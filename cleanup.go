@@ -274,7 +274,7 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 		window = max(1, int64(float64(r.p.BatchSize)/span.RowsPerPage))
 	}
 	pages := dialect.CleanupPagesParams{Table: r.s.table, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize}
-	for from := span.First; from <= span.Last; from += window {
+	for from := span.First; from <= span.Last; {
 		pages.From, pages.To = from, min(from+window, span.Last+1)
 		var counts map[string]int64
 		if err := r.batch(func(tx driver.Tx) (err error) {
@@ -285,6 +285,9 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 		}
 		if err := r.deleted(counts); err != nil {
 			return err
+		}
+		if total(counts) < int64(r.p.BatchSize) {
+			from = pages.To // the window is done; a full batch may have left rows in it
 		}
 	}
 	for {
@@ -307,6 +310,13 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 	}
 	pages.From, pages.To = span.First, span.Last+1
 	return r.batch(func(tx driver.Tx) error { return sc.CleanupSummarize(r.ctx, tx, pages) })
+}
+
+func total(counts map[string]int64) (n int64) {
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // byConsumer cleans one consumer's rows after another, each in batches that walk the cleanup index from where the

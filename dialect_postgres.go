@@ -317,12 +317,19 @@ func newPGQueries(table string) *pgQueries {
 			FROM {table} WHERE processed_at < $1 AND state <> 'p'`),
 
 		// One window of the walk: a TID range scan (PostgreSQL 14 and later) reads pages $2 to $3-1 and no others,
-		// and deletes their expired rows with their produced messages, in the batch's own short transaction.
-		// The counts come back per consumer, for the progress callback and the metrics.
-		spanPagesSQL: q(`WITH deleted AS (
-				DELETE FROM {table}
+		// and deletes at most $4 of their expired rows, with their produced messages, in the batch's own short
+		// transaction; the caller repeats a window that gave it $4. The DELETE goes by ctid and repeats the
+		// conditions: a row that changed after picked read it (a 'released' row claimed again by lease mode) is
+		// rechecked in its newest version, which no longer matches, and left. The counts come back per consumer,
+		// for the progress callback and the metrics.
+		spanPagesSQL: q(`WITH picked AS (
+				SELECT ctid FROM {table}
 				WHERE ctid >= format('(%s,0)', $2::bigint)::tid AND ctid < format('(%s,0)', $3::bigint)::tid
 					AND processed_at < $1 AND state <> 'p'
+				LIMIT $4
+			), deleted AS (
+				DELETE FROM {table}
+				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND processed_at < $1 AND state <> 'p'
 				RETURNING message_id, consumer_id
 			), gone AS (
 				DELETE FROM {table}_produced p USING deleted d
@@ -682,7 +689,7 @@ func (pg *postgres) CleanupSpan(ctx context.Context, tx driver.Executor, table s
 }
 
 func (pg *postgres) CleanupPages(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (map[string]int64, error) {
-	return scanCounts(ctx, tx, pg.sql(p.Table).spanPagesSQL, minutes(p.Cutoff), p.From, p.To)
+	return scanCounts(ctx, tx, pg.sql(p.Table).spanPagesSQL, minutes(p.Cutoff), p.From, p.To, p.Limit)
 }
 
 func (pg *postgres) CleanupRest(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (map[string]int64, error) {

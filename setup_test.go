@@ -99,7 +99,7 @@ func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 	table = uniqueName("inbox_example")
 	drop = func() {
 		_, err := db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
-			table + `_migrations, ` + table + `_accounts`)
+			table + `_migrations, ` + table + `_consumers, ` + table + `_accounts CASCADE`)
 		if err == nil {
 			_, err = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 		}
@@ -152,8 +152,8 @@ func newBundle(t testing.TB) *testBundle {
 	_, err = b.db.ExecContext(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		for _, tbl := range []string{b.accounts, b.table + "_produced", b.table, b.table + "_locks", b.table + "_migrations"} {
-			_, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + tbl)
+		for _, tbl := range []string{b.accounts, b.table + "_produced", b.table, b.table + "_locks", b.table + "_migrations", b.table + "_consumers"} {
+			_, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + tbl + ` CASCADE`)
 		}
 	})
 	return b

@@ -113,8 +113,8 @@ type SpanCleaner interface {
 	// deleted, so that what Remembers reports is never too long), and returns the span of pages that hold rows
 	// to delete.
 	CleanupSpan(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (Span, error)
-	// CleanupPages deletes the rows to delete on pages From to To-1, with their produced messages, and counts
-	// them per consumer.
+	// CleanupPages deletes at most Limit of the rows to delete on pages From to To-1, with their produced
+	// messages, and counts them per consumer.
 	CleanupPages(ctx context.Context, tx driver.Executor, p CleanupPagesParams) (map[string]int64, error)
 	// CleanupRest deletes at most Limit rows to delete wherever they are, for rows a walk in page order did not
 	// meet, and counts them per consumer.
@@ -137,7 +137,7 @@ type CleanupPagesParams struct {
 	Table    string
 	Cutoff   time.Time
 	From, To int64 // pages: From included, To not
-	Limit    int   // CleanupRest's batch size
+	Limit    int   // the most rows one operation deletes
 }
 
 // ErrorKind is what a driver error means to the inbox.

@@ -136,14 +136,14 @@ func (b *bundle) balance(t *testing.T) int64 {
 func (b *bundle) rows(t *testing.T) int64 {
 	t.Helper()
 	var n int64
-	b.queryRow(t, `SELECT count(*) FROM `+b.table+` WHERE consumer = `+b.p(1), []any{consumer}, &n)
+	b.queryRow(t, `SELECT count(*) FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1), []any{consumer}, &n)
 	return n
 }
 
 // row reads the state and attempts of the consumer's row for id.
 func (b *bundle) row(t *testing.T, id string) (state string, attempts int64) {
 	t.Helper()
-	b.queryRow(t, `SELECT state, coalesce(attempts, 0) FROM `+b.table+` WHERE consumer = `+b.p(1)+` AND message_id = `+b.p(2),
+	b.queryRow(t, `SELECT state, coalesce(attempts, 0) FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1)+` AND message_id = `+b.p(2),
 		[]any{consumer, id}, &state, &attempts)
 	return state, attempts
 }
@@ -152,8 +152,11 @@ func (b *bundle) row(t *testing.T, id string) (state string, attempts int64) {
 func (b *bundle) age(t *testing.T, consumerName string, d time.Duration, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		n := b.mustExec(t, `UPDATE `+b.table+` SET processed_at = `+b.d.Ago(d)+` WHERE consumer = `+b.p(1)+` AND message_id = `+b.p(2), consumerName, id)
+		n := b.mustExec(t, `UPDATE `+b.table+` SET processed_at = `+b.d.ProcessedAgo(d)+` WHERE `+b.d.Row(b.table), consumerName, id)
 		require.EqualValues(t, 1, n, "age %s/%s", consumerName, id)
+	}
+	if age := b.d.AgeConsumer; age != nil && age(b.table, d) != "" {
+		b.mustExec(t, age(b.table, d), consumerName)
 	}
 }
 

@@ -56,15 +56,26 @@ type Conn interface {
 }
 
 // Dialect is the SQL of one database that the suite needs for its own statements. The inbox's statements are the
-// inbox's: the suite only sets the stage and reads the result, through the inbox table's columns consumer,
-// message_id, state, attempts, processed_at and locked_until.
+// inbox's: the suite only sets the stage and reads the result, through the columns consumer, message_id, state,
+// attempts, processed_at and locked_until of View.
 type Dialect struct {
 	// Name names the database in failure messages.
 	Name string
 	// Param returns the placeholder of the n-th (from 1) argument of a statement: "$1" or "?".
 	Param func(n int) string
-	// Ago returns an SQL expression for the database clock's time d ago, for processed_at and locked_until.
+	// Ago returns an SQL expression for the database clock's time d ago, for locked_until.
 	Ago func(d time.Duration) string
+	// ProcessedAgo returns an SQL expression for the database clock's time d ago as the inbox table's
+	// processed_at stores it.
+	ProcessedAgo func(d time.Duration) string
+	// View names the relation that shows the inbox table's rows with consumer names and states spelled out.
+	View func(table string) string
+	// AgeConsumer returns the statement that moves back by d, as time would, what the database records of when
+	// the consumer named by the first parameter began to remember; "" when it reads that from the rows alone.
+	AgeConsumer func(table string, d time.Duration) string
+	// Row returns the condition on the inbox table itself that picks the row of the consumer named by the first
+	// parameter and the message ID of the second.
+	Row func(table string) string
 	// DropInbox returns the statements that remove every object the inbox creates for the table named table
 	// (its side tables, functions, triggers), each one harmless when the object does not exist.
 	DropInbox func(table string) []string
@@ -77,9 +88,21 @@ var PostgreSQL = Dialect{
 	Ago: func(d time.Duration) string {
 		return fmt.Sprintf("(now() - interval '%d microseconds')", d.Microseconds())
 	},
+	ProcessedAgo: func(d time.Duration) string {
+		return fmt.Sprintf("(floor(extract(epoch FROM now() - interval '%d microseconds') / 60))::integer", d.Microseconds())
+	},
+	View: func(table string) string { return table + "_view" },
+	AgeConsumer: func(table string, d time.Duration) string {
+		return fmt.Sprintf(`UPDATE %s_consumers SET created_at = least(created_at, now() - interval '%d microseconds') WHERE name = $1`,
+			table, d.Microseconds())
+	},
+	Row: func(table string) string {
+		return `consumer_id = (SELECT id FROM ` + table + `_consumers WHERE name = $1) AND message_id = $2`
+	},
 	DropInbox: func(table string) []string {
 		return []string{
-			`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_locks, ` + table + `_migrations`,
+			`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_locks, ` + table + `_migrations, ` +
+				table + `_consumers CASCADE`,
 			`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`,
 		}
 	},

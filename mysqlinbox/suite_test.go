@@ -17,6 +17,11 @@ var mariaDB = inboxtest.Dialect{
 	Ago: func(d time.Duration) string {
 		return fmt.Sprintf("(UTC_TIMESTAMP(6) - INTERVAL %d MICROSECOND)", d.Microseconds())
 	},
+	ProcessedAgo: func(d time.Duration) string {
+		return fmt.Sprintf("(UTC_TIMESTAMP(6) - INTERVAL %d MICROSECOND)", d.Microseconds())
+	},
+	View: func(table string) string { return table },
+	Row:  func(string) string { return "consumer = ? AND message_id = ?" },
 	DropInbox: func(table string) []string {
 		return []string{"DROP TABLE IF EXISTS `" + table + "_produced`, `" + table + "`, `" + table + "_locks`, `" + table + "_migrations`"}
 	},
