@@ -22,13 +22,15 @@ var ErrShortMemory = errors.New("inbox: remembers less than the redelivery windo
 type ConsumerMemory struct {
 	// Consumer is the consumer's name.
 	Consumer string
-	// Oldest is the last state change (processed_at) of the consumer's oldest row that the cleanup may delete,
-	// by the database clock. Rows in 'processing' are left out: an abandoned lease would otherwise make the
-	// consumer look as if it remembered forever.
+	// Oldest is the time since which the consumer remembers every message it applied, by the database clock. On
+	// PostgreSQL it is when the consumer first claimed a message (for a table migrated to the compact layout, its
+	// oldest row then), or the cutoff of the last cleanup if that is later; the cleanup records its cutoff before
+	// it deletes anything. On MySQL and MariaDB it is the last state change (processed_at) of the consumer's
+	// oldest row that the cleanup may delete; rows in 'processing' are left out, since an abandoned lease would
+	// otherwise make the consumer look as if it remembered forever.
 	Oldest time.Time
 	// Age is how long ago Oldest was, by the database clock: a redelivery of a message applied within Age is
-	// recognised. It is a lower bound: with no message in the moments before Oldest, the inbox remembered those
-	// moments too, they were just empty.
+	// recognised.
 	Age time.Duration
 }
 

@@ -1,0 +1,219 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate fills an inbox table of the layout before migration 007
+// (001 to 006, as the previous release created it) with rows of both modes and produced messages, migrates it, and
+// redelivers every old ID: none runs its handler again, the produced messages come back as they were stored, and
+// the lease-mode rows keep their meaning.
+func TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate(t *testing.T) {
+	t.Parallel()
+	for _, idType := range []inbox.IDType{inbox.IDTypeText, inbox.IDTypeUUID} {
+		t.Run(string(idType), func(t *testing.T) {
+			t.Parallel()
+			testUpgrade(t, idType)
+		})
+	}
+}
+
+func testUpgrade(t *testing.T, idType inbox.IDType) {
+	ctx := context.Background()
+	db := openDB(t)
+	table := uniqueName("inbox_upgrade")
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
+			table + `_migrations, ` + table + `_consumers CASCADE`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
+	})
+	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(idType)}
+	createOldLayout(t, db, table, opts...)
+
+	newID := func(n int) string {
+		if idType == inbox.IDTypeUUID {
+			return uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "old-%d", n)).String()
+		}
+		return fmt.Sprintf("evt-%d", n)
+	}
+	const wallet, payments = "wallet-credits", "payments"
+	// Transaction mode: 300 finished messages over the last 300 hours, the first one with a produced message.
+	var walletIDs []string
+	for n := range 300 {
+		id := newID(n)
+		walletIDs = append(walletIDs, id)
+		_, err := db.Exec(`INSERT INTO `+table+` (consumer, message_id, state, processed_at)
+			VALUES ($1, $2, 'done', now() - $3 * interval '1 hour')`, wallet, id, 300-n)
+		require.NoError(t, err)
+	}
+	produced := producedAsStored(t, db, wallet, walletIDs[0], idType)
+	_, err := db.Exec(`INSERT INTO `+table+`_produced (consumer, message_id, produced) VALUES ($1, $2, $3)`,
+		wallet, walletIDs[0], produced.json)
+	require.NoError(t, err)
+
+	// Lease mode: one row in each state a later copy treats differently.
+	leaseDone, leaseFailed, leaseHeld, leaseReleased := newID(1000), newID(1001), newID(1002), newID(1003)
+	for _, row := range []struct {
+		id, state, lease string
+		attempts         int
+	}{
+		{leaseDone, "done", "", 1},
+		{leaseFailed, "failed", "", 3},
+		{leaseHeld, "processing", "1 hour", 1},
+		{leaseReleased, "released", "", 1},
+	} {
+		var lockedUntil, token any
+		if row.lease != "" {
+			lockedUntil, token = time.Now().Add(time.Hour), uuid.NewString()
+		}
+		_, err := db.Exec(`INSERT INTO `+table+` (consumer, message_id, state, attempts, locked_until, lease_token, last_error)
+			VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $3 = 'failed' THEN 'provider unavailable' END)`,
+			payments, row.id, row.state, row.attempts, lockedUntil, token)
+		require.NoError(t, err)
+	}
+
+	before := stateCounts(t, db, `SELECT consumer, state, count(*) FROM `+table+` GROUP BY 1, 2`)
+	var oldest time.Time
+	require.NoError(t, db.QueryRow(`SELECT min(processed_at) FROM `+table+` WHERE consumer = $1`, wallet).Scan(&oldest))
+
+	start := time.Now()
+	require.NoError(t, inbox.Migrate(ctx, db, opts...))
+	t.Logf("migration 007 moved %d rows in %s", 304, time.Since(start))
+
+	after := stateCounts(t, db, `SELECT consumer, state, count(*) FROM `+table+`_view GROUP BY 1, 2`)
+	require.Equal(t, before, after, "every row moved, with its consumer and state")
+	var version int
+	require.NoError(t, db.QueryRow(`SELECT max(version) FROM `+table+`_migrations`).Scan(&version))
+	require.Equal(t, 7, version)
+
+	// Every old ID of the transaction mode is a duplicate: no handler runs, and the stored message comes back.
+	var calls atomic.Int64
+	count := func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil }
+	wallets, err := inbox.New(db, append(opts, inbox.WithConsumer(wallet))...)
+	require.NoError(t, err)
+	h := wallets.Middleware(count)
+	for n, id := range walletIDs {
+		out, err := h(newMsg(id))
+		require.NoError(t, err, id)
+		if n == 0 {
+			require.Len(t, out, 1, "the produced message is sent again")
+			require.Equal(t, produced.uuid, out[0].UUID)
+			require.Equal(t, produced.payload, string(out[0].Payload))
+		}
+	}
+	require.Zero(t, calls.Load(), "no old ID ran its handler again")
+	_, err = h(newMsg(newID(5000)))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls.Load(), "a new ID still runs")
+
+	// Lease mode: done and dead-lettered rows are acked without running, a live lease is waited for, and a
+	// released one runs again, as before the migration.
+	leases, err := inbox.New(db, append(opts, inbox.WithConsumer(payments), inbox.WithLease(time.Minute),
+		inbox.WithRejectDelay(10*time.Millisecond))...)
+	require.NoError(t, err)
+	calls.Store(0)
+	lh := leases.Middleware(count)
+	_, err = lh(newMsg(leaseDone))
+	require.NoError(t, err)
+	_, err = lh(newMsg(leaseFailed))
+	require.NoError(t, err)
+	require.Zero(t, calls.Load(), "finished and dead-lettered rows do not run")
+	heldCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	held := newMsg(leaseHeld)
+	held.SetContext(heldCtx)
+	_, err = lh(held)
+	require.Error(t, err, "the live lease is still held")
+	require.Zero(t, calls.Load())
+	_, err = lh(newMsg(leaseReleased))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, calls.Load(), "a released row runs its next attempt")
+
+	// How far back the consumer remembers survives the move: since its oldest row.
+	ms, err := inbox.Remembers(ctx, db, opts...)
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	require.Equal(t, wallet, ms[1].Consumer)
+	require.WithinDuration(t, oldest, ms[1].Oldest, time.Second)
+}
+
+// createOldLayout creates the inbox table as migrations 001 to 006 leave it, recorded in its versions table as
+// Migrate records them.
+func createOldLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.Option) {
+	t.Helper()
+	ms, err := inbox.Migrations(opts...)
+	require.NoError(t, err)
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.Exec(`CREATE TABLE ` + table + `_migrations (version integer PRIMARY KEY, name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	for _, m := range ms {
+		if m.Version > 6 {
+			break
+		}
+		_, err := tx.Exec(m.Up)
+		require.NoError(t, err, "migration %d", m.Version)
+		_, err = tx.Exec(`INSERT INTO `+table+`_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+}
+
+// storedProduced is a produced message as the inbox stores it, and what its replay must carry.
+type storedProduced struct {
+	json, uuid, payload string
+}
+
+// producedAsStored applies id once for consumer in a scratch inbox of the current layout, with a handler that
+// produces one message, and returns the produced column the inbox stored: the format did not change with the
+// layout, so it is what the previous release stored for the same message.
+func producedAsStored(t *testing.T, db *sql.DB, consumer, id string, idType inbox.IDType) storedProduced {
+	t.Helper()
+	scratch := uniqueName("inbox_scratch")
+	t.Cleanup(func() {
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + scratch + `, ` + scratch + `_produced, ` + scratch + `_locks, ` +
+			scratch + `_migrations, ` + scratch + `_consumers CASCADE`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + scratch + `_unfinished_claim()`)
+	})
+	ib, err := inbox.New(db, inbox.WithTable(scratch), inbox.WithIDType(idType), inbox.WithConsumer(consumer))
+	require.NoError(t, err)
+	out, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		return []*message.Message{message.NewMessage("", []byte(`{"credited":100}`))}, nil
+	})(newMsg(id))
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	var p storedProduced
+	require.NoError(t, db.QueryRow(`SELECT produced::text FROM `+scratch+`_produced`).Scan(&p.json))
+	p.uuid, p.payload = out[0].UUID, string(out[0].Payload)
+	return p
+}
+
+// stateCounts runs a query of (consumer, state, count) rows and returns them keyed "consumer/state".
+func stateCounts(t *testing.T, db *sql.DB, query string) map[string]int {
+	t.Helper()
+	rows, err := db.Query(query)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var consumer, state string
+		var n int
+		require.NoError(t, rows.Scan(&consumer, &state, &n))
+		out[consumer+"/"+state] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
