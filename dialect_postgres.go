@@ -358,10 +358,12 @@ func newPGQueries(table string) *pgQueries {
 		// for a day's ranges). Both take a SHARE UPDATE EXCLUSIVE lock, which conflicts with VACUUM and ANALYZE
 		// but not with claims or deletes; the caller sets a short lock_timeout and leaves a range it cannot
 		// reach to VACUUM, which summarizes every range without a summary. A range whose rows an older snapshot
-		// can still see keeps their values until a later round.
+		// can still see keeps their values until a later round. A partitioned table (docs/retention.md) is left to
+		// VACUUM: its index is one per partition, and the walk's pages are not one partition's.
 		summarizeSQL: q(`SELECT count(brin_desummarize_range(to_regclass('{table}_processed_at'), r)),
 				count(brin_summarize_range(to_regclass('{table}_processed_at'), r))
-			FROM generate_series($1::bigint - $1::bigint % 32, $2::bigint - 1, 32) r`),
+			FROM generate_series($1::bigint - $1::bigint % 32, $2::bigint - 1, 32) r
+			WHERE (SELECT relkind FROM pg_class WHERE oid = to_regclass('{table}')) = 'r'`),
 
 		// 'processing' rows whose lease ran out before the cutoff: a holder died and no copy came to take over
 		// within the retention window. The cleanup leaves them and reports them. Served by "{table}_processing",

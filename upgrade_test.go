@@ -21,15 +21,23 @@ import (
 // the lease-mode rows keep their meaning.
 func TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate(t *testing.T) {
 	t.Parallel()
-	for _, idType := range []inbox.IDType{inbox.IDTypeText, inbox.IDTypeUUID} {
-		t.Run(string(idType), func(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		idType      inbox.IDType
+		partitioned bool
+	}{
+		{"Text", inbox.IDTypeText, false},
+		{"UUID", inbox.IDTypeUUID, false},
+		{"UUIDPartitionedByHand", inbox.IDTypeUUID, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			testUpgrade(t, idType)
+			testUpgrade(t, c.idType, c.partitioned)
 		})
 	}
 }
 
-func testUpgrade(t *testing.T, idType inbox.IDType) {
+func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	ctx := context.Background()
 	db := openDB(t)
 	table := uniqueName("inbox_upgrade")
@@ -39,6 +47,20 @@ func testUpgrade(t *testing.T, idType inbox.IDType) {
 		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 	})
 	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(idType)}
+	if partitioned {
+		// As docs/retention.md showed it for the earlier layout: the parent created by hand before Migrate, by
+		// ranges of message_id, with a default partition.
+		for _, stmt := range []string{
+			`CREATE TABLE ` + table + ` (processed_at timestamptz NOT NULL DEFAULT now(), consumer text NOT NULL,
+				message_id uuid NOT NULL, state text NOT NULL DEFAULT 'done', PRIMARY KEY (consumer, message_id))
+				PARTITION BY RANGE (message_id)`,
+			`CREATE TABLE ` + table + `_low PARTITION OF ` + table + ` FOR VALUES FROM (MINVALUE) TO ('80000000-0000-0000-0000-000000000000')`,
+			`CREATE TABLE ` + table + `_rest PARTITION OF ` + table + ` DEFAULT`,
+		} {
+			_, err := db.Exec(stmt)
+			require.NoError(t, err)
+		}
+	}
 	createOldLayout(t, db, table, opts...)
 
 	newID := func(n int) string {
@@ -96,6 +118,19 @@ func testUpgrade(t *testing.T, idType inbox.IDType) {
 	var version int
 	require.NoError(t, db.QueryRow(`SELECT max(version) FROM `+table+`_migrations`).Scan(&version))
 	require.Equal(t, 7, version)
+	if partitioned {
+		var kind string
+		var parts []byte
+		require.NoError(t, db.QueryRow(`SELECT c.relkind::text,
+				(SELECT string_agg(p.relname, ',' ORDER BY p.relname) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid
+				 WHERE i.inhparent = c.oid)
+			FROM pg_class c WHERE c.oid = $1::regclass`, table).Scan(&kind, &parts))
+		require.Equal(t, "p", kind, "still partitioned")
+		require.Equal(t, table+"_low,"+table+"_rest", string(parts), "the same partitions, by name")
+		var low int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_low`).Scan(&low))
+		require.NotZero(t, low, "rows went back to their partitions")
+	}
 
 	// Every old ID of the transaction mode is a duplicate: no handler runs, and the stored message comes back.
 	var calls atomic.Int64
@@ -146,6 +181,20 @@ func testUpgrade(t *testing.T, idType inbox.IDType) {
 	require.Len(t, ms, 2)
 	require.Equal(t, wallet, ms[1].Consumer)
 	require.WithinDuration(t, oldest, ms[1].Oldest, time.Second)
+
+	// The cleanup walks the migrated table, partitioned or not: the 201 rows of 100 hours and more go, with the
+	// produced message of the oldest, in batches smaller than a page holds; the rest stay.
+	res, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{Retention: 99*time.Hour + 30*time.Minute, BatchSize: 37}, opts...)
+	require.NoError(t, err)
+	require.EqualValues(t, 201, res.Deleted)
+	var left, producedLeft int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_view WHERE consumer = $1`, wallet).Scan(&left))
+	require.Equal(t, 300+1-201, left)
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_produced`).Scan(&producedLeft))
+	require.Zero(t, producedLeft, "the produced message went with its row")
+	ms, err = inbox.Remembers(ctx, db, opts...)
+	require.NoError(t, err)
+	require.InDelta(t, (99*time.Hour + 30*time.Minute).Seconds(), ms[1].Age.Seconds(), 5, "remembers since the cutoff")
 }
 
 // createOldLayout creates the inbox table as migrations 001 to 006 leave it, recorded in its versions table as

@@ -43,11 +43,16 @@ INSERT INTO "watermill_inbox_consumers" (name, created_at)
 SELECT consumer, min(processed_at) FROM "watermill_inbox" GROUP BY consumer ORDER BY consumer
 ON CONFLICT (name) DO NOTHING;
 
--- The new tables take message_id's type from the old table: text, or uuid (inbox.WithIDType).
+-- The new tables take message_id's type from the old table: text, or uuid (inbox.WithIDType). A table that was
+-- partitioned by hand (docs/retention.md) keeps its partition key, and each partition is created again with its
+-- bounds; the produced table is not partitioned.
 DO $migration$
 DECLARE
-    id_type text := (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
-                     WHERE a.attrelid = '"watermill_inbox"'::regclass AND a.attname = 'message_id' AND NOT a.attisdropped);
+    old         regclass := '"watermill_inbox"'::regclass;
+    id_type     text := (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+                         WHERE a.attrelid = old AND a.attname = 'message_id' AND NOT a.attisdropped);
+    partitioned boolean := (SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = old);
+    part        record;
 BEGIN
     EXECUTE format($ddl$
         CREATE TABLE "watermill_inbox_compact" (
@@ -65,7 +70,14 @@ BEGIN
             lease_token  uuid,
             last_error   text,
             CONSTRAINT "watermill_inbox_compact_pkey" PRIMARY KEY (message_id, consumer_id)
-        )$ddl$, id_type);
+        ) %2$s$ddl$, id_type, CASE WHEN partitioned THEN 'PARTITION BY ' || pg_get_partkeydef(old) ELSE '' END);
+    IF partitioned THEN
+        FOR part IN SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
+                    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = old
+        LOOP
+            EXECUTE format('CREATE TABLE %I PARTITION OF "watermill_inbox_compact" %s', part.relname || '_compact', part.bound);
+        END LOOP;
+    END IF;
     EXECUTE format($ddl$
         CREATE TABLE "watermill_inbox_produced_compact" (
             message_id  %1$s     NOT NULL,
@@ -94,6 +106,17 @@ DROP TABLE "watermill_inbox"; -- with its indexes and its trigger
 ALTER TABLE "watermill_inbox_compact" RENAME TO "watermill_inbox";
 ALTER TABLE "watermill_inbox" RENAME CONSTRAINT "watermill_inbox_compact_pkey" TO "watermill_inbox_pkey";
 ALTER TABLE "watermill_inbox_produced_compact" RENAME TO "watermill_inbox_produced";
+DO $migration$
+DECLARE
+    part record;
+BEGIN
+    FOR part IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                WHERE i.inhparent = '"watermill_inbox"'::regclass AND c.relname LIKE '%\_compact'
+    LOOP
+        EXECUTE format('ALTER TABLE %I RENAME TO %I', part.relname, left(part.relname, -length('_compact')));
+    END LOOP;
+END
+$migration$;
 ALTER TABLE "watermill_inbox_produced" RENAME CONSTRAINT "watermill_inbox_produced_compact_pkey" TO "watermill_inbox_produced_pkey";
 
 -- "watermill_inbox_processed_at" serves the cleanup: a BRIN index keeps the least and greatest processed_at of
