@@ -213,6 +213,9 @@ type cleanupRound struct {
 	p    CleanupParams
 	lock dialect.LockParams
 	res  *CleanupResult
+	// walkOnly is the one partition the walk cleans, with managed partitions (partitions.go): the others are
+	// dropped whole.
+	walkOnly string
 }
 
 // batch runs fn in a short transaction after extending the lock.
@@ -260,10 +263,11 @@ func (r *cleanupRound) deleted(counts map[string]int64) error {
 // about a batch of rows each, in page order, then whatever the walk did not meet, then the cleanup index's
 // summaries of the pages it emptied (dialect.SpanCleaner).
 func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
+	pages := dialect.CleanupPagesParams{Table: r.s.table, Partition: r.walkOnly, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize}
 	var span dialect.Span
 	err := r.batch(func(tx driver.Tx) error {
 		var err error
-		span, err = sc.CleanupSpan(r.ctx, tx, r.s.table, r.res.Cutoff)
+		span, err = sc.CleanupSpan(r.ctx, tx, pages)
 		return err
 	})
 	if err != nil {
@@ -273,7 +277,6 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 	if span.RowsPerPage > 0 {
 		window = max(1, int64(float64(r.p.BatchSize)/span.RowsPerPage))
 	}
-	pages := dialect.CleanupPagesParams{Table: r.s.table, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize}
 	for from := span.First; from <= span.Last; {
 		pages.From, pages.To = from, min(from+window, span.Last+1)
 		var counts map[string]int64

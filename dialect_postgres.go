@@ -312,9 +312,10 @@ func newPGQueries(table string) *pgQueries {
 				WHERE cleaned_before IS NULL OR cleaned_before < $2
 			)
 			SELECT coalesce((min(ctid)::text::point)[0]::bigint, 0), coalesce((max(ctid)::text::point)[0]::bigint, -1),
-				(SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 0 END
-				 FROM pg_class WHERE oid = to_regclass('{table}'))
-			FROM {table} WHERE processed_at < $1 AND state <> 'p'`),
+				(SELECT CASE WHEN sum(relpages) > 0 AND sum(reltuples) > 0 THEN sum(reltuples) / sum(relpages) ELSE 0 END
+				 FROM pg_class WHERE relkind = 'r' AND (oid = to_regclass('{rel}')
+					OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass('{rel}'))))
+			FROM {rel} WHERE processed_at < $1 AND state <> 'p'`),
 
 		// One window of the walk: a TID range scan (PostgreSQL 14 and later) reads pages $2 to $3-1 and no others,
 		// and deletes at most $4 of their expired rows, with their produced messages, in the batch's own short
@@ -323,12 +324,12 @@ func newPGQueries(table string) *pgQueries {
 		// rechecked in its newest version, which no longer matches, and left. The counts come back per consumer,
 		// for the progress callback and the metrics.
 		spanPagesSQL: q(`WITH picked AS (
-				SELECT ctid FROM {table}
+				SELECT ctid FROM {rel}
 				WHERE ctid >= format('(%s,0)', $2::bigint)::tid AND ctid < format('(%s,0)', $3::bigint)::tid
 					AND processed_at < $1 AND state <> 'p'
 				LIMIT $4
 			), deleted AS (
-				DELETE FROM {table}
+				DELETE FROM {rel}
 				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND processed_at < $1 AND state <> 'p'
 				RETURNING message_id, consumer_id
 			), gone AS (
@@ -341,9 +342,9 @@ func newPGQueries(table string) *pgQueries {
 		// another order placed before the span's start, or that moved there), found through the BRIN index.
 		// After a complete walk it reads the ranges once and finds nothing.
 		spanRestSQL: q(`WITH picked AS (
-				SELECT ctid FROM {table} WHERE processed_at < $1 AND state <> 'p' LIMIT $2
+				SELECT ctid FROM {rel} WHERE processed_at < $1 AND state <> 'p' LIMIT $2
 			), deleted AS (
-				DELETE FROM {table}
+				DELETE FROM {rel}
 				WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND processed_at < $1 AND state <> 'p'
 				RETURNING message_id, consumer_id
 			), gone AS (
@@ -358,12 +359,17 @@ func newPGQueries(table string) *pgQueries {
 		// for a day's ranges). Both take a SHARE UPDATE EXCLUSIVE lock, which conflicts with VACUUM and ANALYZE
 		// but not with claims or deletes; the caller sets a short lock_timeout and leaves a range it cannot
 		// reach to VACUUM, which summarizes every range without a summary. A range whose rows an older snapshot
-		// can still see keeps their values until a later round. A partitioned table (docs/retention.md) is left to
-		// VACUUM: its index is one per partition, and the walk's pages are not one partition's.
-		summarizeSQL: q(`SELECT count(brin_desummarize_range(to_regclass('{table}_processed_at'), r)),
-				count(brin_summarize_range(to_regclass('{table}_processed_at'), r))
-			FROM generate_series($1::bigint - $1::bigint % 32, $2::bigint - 1, 32) r
-			WHERE (SELECT relkind FROM pg_class WHERE oid = to_regclass('{table}')) = 'r'`),
+		// can still see keeps their values until a later round. The index is found by its kind on the walked
+		// relation: a partition's has a name PostgreSQL chose. On a partitioned parent there is none to find (its
+		// index is one per partition, and the walk's pages are not one partition's), and VACUUM does it.
+		summarizeSQL: q(`WITH brin AS (
+				SELECT i.indexrelid AS index FROM pg_index i
+				JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+				WHERE i.indrelid = to_regclass('{rel}') AND a.amname = 'brin' AND c.relkind = 'i'
+				LIMIT 1
+			)
+			SELECT count(brin_desummarize_range(brin.index, r)), count(brin_summarize_range(brin.index, r))
+			FROM brin, generate_series($1::bigint - $1::bigint % 32, $2::bigint - 1, 32) r`),
 
 		// 'processing' rows whose lease ran out before the cutoff: a holder died and no copy came to take over
 		// within the retention window. The cleanup leaves them and reports them. Served by "{table}_processing",
@@ -685,17 +691,26 @@ func (pg *postgres) CleanupBatch(ctx context.Context, tx driver.Executor, p dial
 	return b, err
 }
 
-func (pg *postgres) CleanupSpan(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (sp dialect.Span, err error) {
-	err = tx.QueryRow(ctx, pg.sql(table).spanSQL, minutes(cutoff), cutoff).Scan(&sp.First, &sp.Last, &sp.RowsPerPage)
+func (pg *postgres) CleanupSpan(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (sp dialect.Span, err error) {
+	err = tx.QueryRow(ctx, walked(pg.sql(p.Table).spanSQL, p), minutes(p.Cutoff), p.Cutoff).Scan(&sp.First, &sp.Last, &sp.RowsPerPage)
 	return sp, err
 }
 
 func (pg *postgres) CleanupPages(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (map[string]int64, error) {
-	return scanCounts(ctx, tx, pg.sql(p.Table).spanPagesSQL, minutes(p.Cutoff), p.From, p.To, p.Limit)
+	return scanCounts(ctx, tx, walked(pg.sql(p.Table).spanPagesSQL, p), minutes(p.Cutoff), p.From, p.To, p.Limit)
 }
 
 func (pg *postgres) CleanupRest(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (map[string]int64, error) {
-	return scanCounts(ctx, tx, pg.sql(p.Table).spanRestSQL, minutes(p.Cutoff), p.Limit)
+	return scanCounts(ctx, tx, walked(pg.sql(p.Table).spanRestSQL, p), minutes(p.Cutoff), p.Limit)
+}
+
+// walked puts the relation the walk cleans into one of its statements: the table, or the partition p names.
+func walked(query string, p dialect.CleanupPagesParams) string {
+	rel := p.Table
+	if p.Partition != "" {
+		rel = p.Partition
+	}
+	return strings.ReplaceAll(query, "{rel}", rel)
 }
 
 // summarizeLockTimeout bounds the wait of CleanupSummarize for its lock: an autovacuum of the table holds the
@@ -710,7 +725,7 @@ func (pg *postgres) CleanupSummarize(ctx context.Context, tx driver.Executor, p 
 		return err
 	}
 	var desummarized, summarized int64
-	err := tx.QueryRow(ctx, pg.sql(p.Table).summarizeSQL, p.From, p.To).Scan(&desummarized, &summarized)
+	err := tx.QueryRow(ctx, walked(pg.sql(p.Table).summarizeSQL, p), p.From, p.To).Scan(&desummarized, &summarized)
 	if sqlState(err) == "55P03" { // lock_not_available: leave it to VACUUM
 		return nil
 	}

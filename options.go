@@ -79,6 +79,7 @@ type config struct {
 	batchWait       time.Duration // how long a batch waits to fill while others run
 	batchRunning    int           // batches in flight at once
 	batchSet        bool
+	partitionPeriod time.Duration // 0: the inbox table is not managed as partitions
 
 	// Whether the option was given, for the options whose zero value is also a choice.
 	consumerSet    bool
@@ -277,6 +278,10 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithBatch: lease mode runs each message alone; leave out WithBatch or WithLease", ErrInvalidOption)
 	case c.batchRunning < 1:
 		return fmt.Errorf("%w: WithBatchConcurrency(%d): want at least 1", ErrInvalidOption, c.batchRunning)
+	case c.partitionPeriod != 0 && (c.partitionPeriod < time.Minute || c.partitionPeriod%time.Minute != 0):
+		return fmt.Errorf("%w: WithPartitions(%s): want whole minutes, at least one", ErrInvalidOption, c.partitionPeriod)
+	case c.partitionPeriod != 0 && c.idType != IDTypeUUID:
+		return fmt.Errorf("%w: WithPartitions: partitions are ranges of UUIDv7 event IDs; add WithIDType(IDTypeUUID)", ErrInvalidOption)
 	case c.rejectDelay <= 0:
 		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
 	}

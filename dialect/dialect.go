@@ -112,7 +112,7 @@ type SpanCleaner interface {
 	// CleanupSpan records Cutoff as the time before which every consumer's rows may be gone (before any is
 	// deleted, so that what Remembers reports is never too long), and returns the span of pages that hold rows
 	// to delete.
-	CleanupSpan(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (Span, error)
+	CleanupSpan(ctx context.Context, tx driver.Executor, p CleanupPagesParams) (Span, error)
 	// CleanupPages deletes at most Limit of the rows to delete on pages From to To-1, with their produced
 	// messages, and counts them per consumer.
 	CleanupPages(ctx context.Context, tx driver.Executor, p CleanupPagesParams) (map[string]int64, error)
@@ -134,10 +134,13 @@ type Span struct {
 
 // CleanupPagesParams are the inputs of SpanCleaner's operations.
 type CleanupPagesParams struct {
-	Table    string
-	Cutoff   time.Time
-	From, To int64 // pages: From included, To not
-	Limit    int   // the most rows one operation deletes
+	Table string
+	// Partition, when set, is the one partition of Table the walk cleans (the default partition of a table
+	// whose other partitions are dropped whole); Table's side tables still go by Table's name.
+	Partition string
+	Cutoff    time.Time
+	From, To  int64 // pages: From included, To not
+	Limit     int   // the most rows one operation deletes
 }
 
 // ErrorKind is what a driver error means to the inbox.
