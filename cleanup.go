@@ -74,8 +74,11 @@ type CleanupResult struct {
 	Cutoff time.Time
 	// Deleted is how many rows were deleted.
 	Deleted int64
-	// Batches is how many DELETE statements were run, the final empty ones included (one per consumer).
+	// Batches is how many short transactions the round ran, the final empty ones included.
 	Batches int
+	// PartitionsCreated and PartitionsDropped count the partitions the round created and dropped, with
+	// WithPartitions. The rows of a dropped partition are not counted in Deleted.
+	PartitionsCreated, PartitionsDropped int
 	// Abandoned counts 'processing' rows whose lease ran out before Cutoff. They are left in place: see Cleanup.
 	Abandoned int64
 	// Took is how long the round took.
@@ -86,9 +89,12 @@ type CleanupResult struct {
 // repeated until a batch finds nothing to delete, and reports each batch to the observer (RowsCleaned). Run it from
 // cron (the watermill-inbox CLI's cleanup command does), or let a Cleaner run it.
 //
-// Each batch is its own short transaction that walks the consumer's expired rows oldest first through an index
-// (migrations/004), so row locks and WAL bursts stay small and message claims, which insert new keys, are never
-// blocked. Many instances may call Cleanup at once: a lock row in the table's "_locks" table (migrations/006) lets
+// Each batch is its own short transaction, so row locks and WAL bursts stay small and message claims, which insert
+// new keys, are never blocked. On PostgreSQL the round finds, through the BRIN index of migrations/007, the pages
+// that hold expired rows of any consumer and deletes them window by window in page order, reading each page once,
+// then summarizes those pages' ranges afresh; on MySQL and MariaDB each batch walks one consumer's expired rows
+// oldest first through an index. With WithPartitions the round first creates and drops partitions (see
+// WithPartitions) and then deletes rows of the default partition only. Many instances may call Cleanup at once: a lock row in the table's "_locks" table (migrations/006) lets
 // one of them work, and the others return at once with Skipped set. The lock is held for a time by the database
 // clock and extended with each batch, so a cleaner that dies holds it for a few minutes at most; unlike a session
 // lock it works through a transaction-pooling proxy such as pgbouncer.
@@ -100,7 +106,7 @@ type CleanupResult struct {
 // cutoff (CleanupResult.Abandoned), logs them as an error, and leaves them to an operator (the CLI's stats and
 // forget commands).
 //
-// Cleanup reads the table, logger and observer options and ignores the others. A cancelled ctx stops it between
+// Cleanup reads the table, logger, observer and partition options and ignores the others. A cancelled ctx stops it between
 // or during batches; the batches already committed stay deleted.
 func Cleanup(ctx context.Context, db *sql.DB, p CleanupParams, opts ...Option) (CleanupResult, error) {
 	if db == nil {
@@ -174,6 +180,13 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 	defer func() { err = errors.Join(err, s.unlock(ctx, pool, holder)) }()
 
 	r := cleanupRound{ctx: ctx, pool: pool, s: s, c: c, p: p, lock: lock, res: &res}
+	if c.partitionPeriod > 0 {
+		pr, err := maintainPartitions(ctx, pool, s.d, c, res.Cutoff, r.batch)
+		if err != nil {
+			return res, err
+		}
+		res.PartitionsCreated, res.PartitionsDropped, r.walkOnly = pr.created, pr.dropped, pr.defaultPartition
+	}
 	if sc, ok := s.d.(dialect.SpanCleaner); ok {
 		err = r.walk(sc)
 	} else {
@@ -193,6 +206,9 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 	}
 	res.Took = time.Since(start)
 	fields = fields.Add(watermill.LogFields{"deleted": res.Deleted, "batches": res.Batches, "took": res.Took.String()})
+	if c.partitionPeriod > 0 {
+		fields = fields.Add(watermill.LogFields{"partitions_created": res.PartitionsCreated, "partitions_dropped": res.PartitionsDropped})
+	}
 	c.logger.Info("Inbox cleanup finished", fields)
 	if res.Abandoned > 0 {
 		c.logger.Error("Inbox holds abandoned leases: find them with the CLI's stats, settle them, then forget them",
@@ -312,7 +328,13 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 		return nil
 	}
 	pages.From, pages.To = span.First, span.Last+1
-	return r.batch(func(tx driver.Tx) error { return sc.CleanupSummarize(r.ctx, tx, pages) })
+	err = r.batch(func(tx driver.Tx) error { return sc.CleanupSummarize(r.ctx, tx, pages) })
+	if r.s.d.Classify(err) == dialect.LockConflict {
+		r.c.logger.Debug("Inbox cleanup left the summaries of the pages it emptied to VACUUM: their lock was taken",
+			watermill.LogFields{"table": r.s.table})
+		return nil
+	}
+	return err
 }
 
 func total(counts map[string]int64) (n int64) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -479,7 +480,7 @@ func (*postgres) Classify(err error) dialect.ErrorKind {
 		return dialect.ValueRefused
 	case code == "40001": // serialization_failure
 		return dialect.SerializationFailure
-	case code == "40P01": // deadlock_detected
+	case code == "40P01" || code == "55P03": // deadlock_detected, lock_not_available (a lock_timeout)
 		return dialect.LockConflict
 	case code == "26000" || code == "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 		return dialect.StatementMissing
@@ -715,6 +716,7 @@ func walked(query string, p dialect.CleanupPagesParams) string {
 
 // summarizeLockTimeout bounds the wait of CleanupSummarize for its lock: an autovacuum of the table holds the
 // same one (and PostgreSQL cancels it for us only after deadlock_timeout), and VACUUM summarizes the ranges too.
+// The caller takes the error, a LockConflict, for "leave it to VACUUM".
 const summarizeLockTimeout = `SET LOCAL lock_timeout = '2s'`
 
 func (pg *postgres) CleanupSummarize(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) error {
@@ -725,11 +727,7 @@ func (pg *postgres) CleanupSummarize(ctx context.Context, tx driver.Executor, p 
 		return err
 	}
 	var desummarized, summarized int64
-	err := tx.QueryRow(ctx, walked(pg.sql(p.Table).summarizeSQL, p), p.From, p.To).Scan(&desummarized, &summarized)
-	if sqlState(err) == "55P03" { // lock_not_available: leave it to VACUUM
-		return nil
-	}
-	return err
+	return tx.QueryRow(ctx, walked(pg.sql(p.Table).summarizeSQL, p), p.From, p.To).Scan(&desummarized, &summarized)
 }
 
 // scanCounts runs a statement that returns (consumer, count) rows.
@@ -868,4 +866,115 @@ func nullable(raw []byte) any {
 		return nil
 	}
 	return string(raw)
+}
+
+// Statements of managed partitions (partitions.go). The DDL names partitions and bounds that the inbox made or
+// read from the catalog, checked against partitionBound before they go into a statement; DDL takes no parameters.
+const (
+	// The table's kind and the database's clock, in one round trip.
+	partitionKindSQL = `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false), now()`
+
+	// Each partition and its bounds as PostgreSQL spells them: DEFAULT, or FOR VALUES FROM ('...') TO ('...').
+	partitionsSQL = `SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = to_regclass($1) ORDER BY 1`
+
+	// DDL waits at most this long for its locks, and the Cleaner tries again next round: creating a partition
+	// locks the default partition, and dropping one the whole table, and every claim that arrives meanwhile
+	// queues behind the waiting DDL.
+	partitionLockTimeout = `SET LOCAL lock_timeout = '1s'`
+)
+
+// partitionBound is what a bound of a managed partition looks like: a UUID in canonical text.
+var partitionBound = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// partitionRange reads the bounds of a range partition from pg_get_expr's text.
+var partitionRange = regexp.MustCompile(`^FOR VALUES FROM \('([^']*)'\) TO \('([^']*)'\)$`)
+
+// PartitionedMigrations makes migration 001 create the inbox table partitioned by ranges of message_id, with a
+// default partition. Migration 007 later builds the compact table with the same key and the same partitions.
+func (*postgres) PartitionedMigrations(table string, ms []dialect.Migration) ([]dialect.Migration, error) {
+	const key = "    PRIMARY KEY (consumer, message_id)\n);"
+	out := append([]dialect.Migration(nil), ms...)
+	for n, m := range out {
+		if m.Version != 1 {
+			continue
+		}
+		at := strings.Index(m.Up, key)
+		if at < 0 {
+			return nil, fmt.Errorf("inbox: migration 001: cannot find the inbox table's primary key to partition it")
+		}
+		out[n].Up = m.Up[:at] + "    PRIMARY KEY (consumer, message_id)\n) PARTITION BY RANGE (message_id);\n" +
+			`CREATE TABLE IF NOT EXISTS "` + table + `_default" PARTITION OF "` + table + `" DEFAULT;` +
+			m.Up[at+len(key):]
+		return out, nil
+	}
+	return nil, fmt.Errorf("inbox: no migration 001 to partition")
+}
+
+func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table string) (l dialect.PartitionList, err error) {
+	if err := tx.QueryRow(ctx, partitionKindSQL, quoteIdent(table)).Scan(&l.Partitioned, &l.Now); err != nil || !l.Partitioned {
+		return l, err
+	}
+	err = dialect.ScanRows(ctx, tx, partitionsSQL, []any{quoteIdent(table)}, func(r driver.Rows) error {
+		var name, bound string
+		if err := r.Scan(&name, &bound); err != nil {
+			return err
+		}
+		if bound == "DEFAULT" {
+			l.Default = name
+		} else if m := partitionRange.FindStringSubmatch(bound); m != nil {
+			l.Ranges = append(l.Ranges, dialect.PartitionParams{Table: table, Name: name, From: m[1], To: m[2]})
+		}
+		return nil
+	})
+	return l, err
+}
+
+// CreatePartition builds the partition beside the table and attaches it, rather than CREATE TABLE ... PARTITION
+// OF, which would lock the whole table: attaching takes a SHARE UPDATE EXCLUSIVE lock on the table, which claims
+// do not wait for, and an exclusive one on the new partition and the default partition, whose rows of the range
+// move first (IDs of a producer whose clock ran ahead of every partition). A copy of a moved ID that arrives
+// meanwhile waits for the default partition's lock and then meets the row where it now is.
+func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
+	if !partitionBound.MatchString(p.From) || !partitionBound.MatchString(p.To) {
+		return fmt.Errorf("inbox: partition %s: bounds %q and %q are not UUIDs", p.Name, p.From, p.To)
+	}
+	stmts := []string{partitionLockTimeout,
+		`CREATE TABLE ` + quoteIdent(p.Name) + ` (LIKE ` + quoteIdent(p.Table) + ` INCLUDING DEFAULTS)`}
+	if p.Default != "" {
+		stmts = append(stmts, `WITH moved AS (
+				DELETE FROM `+quoteIdent(p.Default)+` WHERE message_id >= '`+p.From+`' AND message_id < '`+p.To+`'
+				RETURNING processed_at, consumer_id, state, message_id, locked_until, attempts, lease_token, last_error
+			)
+			INSERT INTO `+quoteIdent(p.Name)+` (processed_at, consumer_id, state, message_id, locked_until, attempts,
+				lease_token, last_error)
+			SELECT * FROM moved`)
+	}
+	stmts = append(stmts, `ALTER TABLE `+quoteIdent(p.Table)+` ATTACH PARTITION `+quoteIdent(p.Name)+
+		` FOR VALUES FROM ('`+p.From+`') TO ('`+p.To+`')`)
+	return execAll(ctx, tx, stmts)
+}
+
+// DropPartition deletes the produced messages of the range (the produced table is not partitioned), then detaches
+// and drops the partition: an instant's exclusive lock on the table, once its lock_timeout lets it through.
+// DETACH ... CONCURRENTLY would not lock the table, but PostgreSQL refuses it while a default partition exists.
+func (*postgres) DropPartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
+	if !partitionBound.MatchString(p.From) || !partitionBound.MatchString(p.To) {
+		return fmt.Errorf("inbox: partition %s: bounds %q and %q are not UUIDs", p.Name, p.From, p.To)
+	}
+	return execAll(ctx, tx, []string{partitionLockTimeout,
+		`DELETE FROM ` + quoteIdent(p.Table+"_produced") + ` WHERE message_id >= '` + p.From + `' AND message_id < '` + p.To + `'`,
+		`ALTER TABLE ` + quoteIdent(p.Table) + ` DETACH PARTITION ` + quoteIdent(p.Name),
+		`DROP TABLE ` + quoteIdent(p.Name),
+	})
+}
+
+func execAll(ctx context.Context, tx driver.Executor, stmts []string) error {
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -33,7 +34,11 @@ func Migrations(opts ...Option) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return migrations(c.table, c.idType)
+	ms, err := migrations(c.table, c.idType)
+	if err != nil || c.partitionPeriod == 0 {
+		return ms, err
+	}
+	return Postgres.(dialect.Partitioner).PartitionedMigrations(c.table, ms)
 }
 
 // textIDColumn is how 001_inbox.up.sql declares message_id, in the inbox table and the produced table alike;
@@ -120,6 +125,23 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 	ms, err := d.dialect.Migrations(c.table, string(c.idType))
 	if err != nil {
 		return res, err
+	}
+	if c.partitionPeriod > 0 {
+		var pt dialect.Partitioner
+		if pt, err = partitioner(d.dialect); err != nil {
+			return res, err
+		}
+		if ms, err = pt.PartitionedMigrations(c.table, ms); err != nil {
+			return res, err
+		}
+		// Once the migrations committed: the partitions from a period back to PartitionsAhead ahead.
+		defer func() {
+			if err == nil {
+				_, err = maintainPartitions(ctx, d.pool, d.dialect, c, time.Time{}, func(f func(driver.Tx) error) error {
+					return inShortTx(ctx, d.pool, d.dialect, f)
+				})
+			}
+		}()
 	}
 	versions := c.table + "_migrations"
 	check := func(ctx context.Context, q driver.Executor, from, to int) error {

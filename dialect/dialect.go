@@ -124,6 +124,43 @@ type SpanCleaner interface {
 	CleanupSummarize(ctx context.Context, tx driver.Executor, p CleanupPagesParams) error
 }
 
+// Partitioner is implemented by a dialect that can keep the inbox table as partitions by ranges of message ID
+// (UUIDv7 IDs, whose first 48 bits are a time), so that retention drops whole partitions instead of deleting
+// rows. Bounds are IDs in the column's text form; the ranges include From and exclude To. CreatePartition and
+// DropPartition wait only briefly for their locks: one that could not take them returns an error that Classify
+// calls LockConflict, and the caller tries again in its next round.
+type Partitioner interface {
+	// PartitionedMigrations returns ms with the inbox table created partitioned by message_id, with a default
+	// partition for IDs outside every range. It changes only the creation of a new table.
+	PartitionedMigrations(table string, ms []Migration) ([]Migration, error)
+	// Partitions lists the table's partitions and reads the database's clock.
+	Partitions(ctx context.Context, tx driver.Executor, table string) (PartitionList, error)
+	// CreatePartition creates the partition Name for IDs From to To, moving the rows of that range out of the
+	// default partition in the same transaction.
+	CreatePartition(ctx context.Context, tx driver.Executor, p PartitionParams) error
+	// DropPartition drops the partition Name, with the produced messages of its range.
+	DropPartition(ctx context.Context, tx driver.Executor, p PartitionParams) error
+}
+
+// PartitionList is what Partitions found.
+type PartitionList struct {
+	// Partitioned is false for a table that is not partitioned; the other fields are then empty.
+	Partitioned bool
+	// Default names the default partition, "" for none.
+	Default string
+	// Ranges are the partitions of one range of IDs each, in order of name.
+	Ranges []PartitionParams
+	// Now is the database's clock.
+	Now time.Time
+}
+
+// PartitionParams name one partition of Table and its range of IDs.
+type PartitionParams struct {
+	Table, Name, From, To string
+	// Default is the default partition's name, whose rows in the range CreatePartition moves; "" for none.
+	Default string
+}
+
 // Span is the pages of a table that hold rows a cleanup deletes: First to Last, both included; none when Last <
 // First.
 type Span struct {

@@ -1,0 +1,183 @@
+package inbox
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// WithPartitions keeps the inbox table as partitions by ranges of event ID, one per period of UUIDv7 time (the
+// first 48 bits of a UUIDv7 are its creation time in milliseconds), so that retention drops whole partitions
+// instead of deleting rows. It needs WithIDType(IDTypeUUID), producers that send UUIDv7 event IDs (see
+// StampUUIDv7), and PostgreSQL; period is whole minutes, a day suits most inboxes.
+//
+// Give it to Migrate, which then creates a new inbox table partitioned, with a default partition and partitions
+// from one period back to PartitionsAhead ahead (an existing table keeps its shape: an unpartitioned one is
+// refused), and to NewCleaner or Cleanup, whose every round creates the partitions PartitionsAhead ahead and
+// drops each partition whose whole range lies before the retention's cutoff, with the produced messages of its
+// range. IDs outside every partition (not v7, or older than the oldest partition) land in the default partition,
+// which the round cleans row by row as it cleans an unpartitioned table; a partition created later takes the
+// rows of its range out of the default partition.
+//
+// A partition is dropped by the age of its IDs, that is when the producer created them, not when they were
+// applied: keep the retention above the window of redeliveries plus your longest delay between producing and
+// applying a message. The middleware ignores the option.
+func WithPartitions(period time.Duration) Option {
+	return func(c *config) { c.partitionPeriod = period }
+}
+
+// PartitionsAhead is how far past the database's clock Migrate and each cleanup round keep partitions created,
+// at least two periods: IDs of a producer whose clock runs ahead land in their partition, and a Cleaner that
+// misses rounds for a day still finds them there.
+const PartitionsAhead = 48 * time.Hour
+
+// partitioner returns the dialect's partition operations, or an error for a dialect without them.
+func partitioner(d dialect.Dialect) (dialect.Partitioner, error) {
+	pt, ok := d.(dialect.Partitioner)
+	if !ok {
+		return nil, fmt.Errorf("%w: WithPartitions: the %s dialect cannot partition the inbox table", ErrInvalidOption, d.Name())
+	}
+	return pt, nil
+}
+
+// partitionPlan compares a table's partitions with what the period, the database's clock and the cutoff ask
+// for: the partitions to create, from one period before now to PartitionsAhead after it, skipping any range an
+// existing partition overlaps; and the inbox's own partitions (named by partitionName) whose whole range lies
+// before cutoff, to drop. A zero cutoff drops nothing.
+func partitionPlan(table string, l dialect.PartitionList, period time.Duration, cutoff time.Time) (create, drop []dialect.PartitionParams) {
+	type span struct{ from, to time.Time }
+	var existing []span
+	for _, r := range l.Ranges {
+		from, okFrom := uuid7Time(r.From)
+		to, okTo := uuid7Time(r.To)
+		if !okFrom || !okTo {
+			continue
+		}
+		existing = append(existing, span{from, to})
+		if !cutoff.IsZero() && !to.After(cutoff) && strings.HasPrefix(r.Name, table+"_p") {
+			r.Table, r.Default = table, l.Default
+			drop = append(drop, r)
+		}
+	}
+	end := l.Now.Add(max(PartitionsAhead, 2*period))
+	for from := periodStart(l.Now, period).Add(-period); from.Before(end); from = from.Add(period) {
+		to := from.Add(period)
+		if !cutoff.IsZero() && !to.After(cutoff) {
+			continue // it would be dropped at once
+		}
+		overlaps := false
+		for _, e := range existing {
+			overlaps = overlaps || (from.Before(e.to) && e.from.Before(to))
+		}
+		if !overlaps {
+			create = append(create, dialect.PartitionParams{Table: table, Name: partitionName(table, from),
+				From: uuid7Floor(from), To: uuid7Floor(to), Default: l.Default})
+		}
+	}
+	return create, drop
+}
+
+// periodStart is the start of the period t falls in, periods counted from the Unix epoch.
+func periodStart(t time.Time, period time.Duration) time.Time {
+	ms, p := t.UnixMilli(), period.Milliseconds()
+	return time.UnixMilli(ms - ms%p).UTC()
+}
+
+// partitionName names the partition of the period that starts at from: the table's name, "_p" and the start in
+// UTC to the minute, at most 63 bytes for a table name of at most 48.
+func partitionName(table string, from time.Time) string {
+	return table + "_p" + from.UTC().Format("20060102t1504")
+}
+
+// uuid7Floor is the least UUIDv7 of t's millisecond: the timestamp, version 7, the variant bits, zeros.
+func uuid7Floor(t time.Time) string {
+	var b [16]byte
+	ms := uint64(t.UnixMilli())
+	for n := range 6 {
+		b[n] = byte(ms >> (8 * (5 - n)))
+	}
+	b[6], b[8] = 0x70, 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// uuid7Time is the time of a UUID's first 48 bits, which is its creation time for a UUIDv7.
+func uuid7Time(id string) (time.Time, bool) {
+	raw, err := hex.DecodeString(strings.ReplaceAll(id, "-", ""))
+	if err != nil || len(raw) != 16 {
+		return time.Time{}, false
+	}
+	var ms int64
+	for _, c := range raw[:6] {
+		ms = ms<<8 | int64(c)
+	}
+	return time.UnixMilli(ms).UTC(), true
+}
+
+// partitionResult counts what one pass over the partitions did.
+type partitionResult struct {
+	created, dropped int
+	defaultPartition string
+}
+
+// maintainPartitions creates the partitions the table lacks and drops the expired ones (none when cutoff is zero),
+// each in a transaction run by run. One that could not take its locks in time is left for the next pass.
+func maintainPartitions(ctx context.Context, pool driver.Pool, d dialect.Dialect, c config, cutoff time.Time,
+	run func(func(driver.Tx) error) error) (res partitionResult, err error) {
+	pt, err := partitioner(d)
+	if err != nil {
+		return res, err
+	}
+	var l dialect.PartitionList
+	if err := inShortTx(ctx, pool, d, func(tx driver.Tx) (err error) {
+		l, err = pt.Partitions(ctx, tx, c.table)
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("inbox: list the partitions of %s: %w", c.table, err)
+	}
+	if !l.Partitioned {
+		return res, fmt.Errorf("%w: WithPartitions: table %s is not partitioned; Migrate partitions a table only when "+
+			"it creates it", ErrInvalidOption, c.table)
+	}
+	res.defaultPartition = l.Default
+	create, drop := partitionPlan(c.table, l, c.partitionPeriod, cutoff)
+	for _, p := range create {
+		err := run(func(tx driver.Tx) error { return pt.CreatePartition(ctx, tx, p) })
+		if busy(d, c, err, "create", p) {
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("inbox: create partition %s: %w", p.Name, err)
+		}
+		res.created++
+	}
+	for _, p := range drop {
+		err := run(func(tx driver.Tx) error { return pt.DropPartition(ctx, tx, p) })
+		if busy(d, c, err, "drop", p) {
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("inbox: drop partition %s: %w", p.Name, err)
+		}
+		res.dropped++
+	}
+	return res, nil
+}
+
+// busy reports, and logs, a partition operation that could not take its locks in time: the next pass tries it
+// again.
+func busy(d dialect.Dialect, c config, err error, op string, p dialect.PartitionParams) bool {
+	if err == nil || d.Classify(err) != dialect.LockConflict {
+		return false
+	}
+	c.logger.Info("Inbox left a partition for the next round: its lock was taken",
+		watermill.LogFields{"table": c.table, "partition": p.Name, "operation": op})
+	return true
+}
