@@ -935,7 +935,8 @@ func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table strin
 // OF, which would lock the whole table: attaching takes a SHARE UPDATE EXCLUSIVE lock on the table, which claims
 // do not wait for, and an exclusive one on the new partition and the default partition, whose rows of the range
 // move first (IDs of a producer whose clock ran ahead of every partition). A copy of a moved ID that arrives
-// meanwhile waits for the default partition's lock and then meets the row where it now is.
+// meanwhile waits for the default partition's lock; then it meets the row where it now is, or, when PostgreSQL had
+// already routed it to the default partition, fails (the row no longer belongs there) and is redelivered.
 func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
 	if !partitionBound.MatchString(p.From) || !partitionBound.MatchString(p.To) {
 		return fmt.Errorf("inbox: partition %s: bounds %q and %q are not UUIDs", p.Name, p.From, p.To)
@@ -943,7 +944,9 @@ func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dial
 	stmts := []string{partitionLockTimeout,
 		`CREATE TABLE ` + quoteIdent(p.Name) + ` (LIKE ` + quoteIdent(p.Table) + ` INCLUDING DEFAULTS)`}
 	if p.Default != "" {
-		stmts = append(stmts, `WITH moved AS (
+		// The lock first: a claim that inserts into the default partition between the move and the ATTACH would
+		// leave it holding a row of the new range, and the ATTACH would fail.
+		stmts = append(stmts, `LOCK TABLE `+quoteIdent(p.Default)+` IN ACCESS EXCLUSIVE MODE`, `WITH moved AS (
 				DELETE FROM `+quoteIdent(p.Default)+` WHERE message_id >= '`+p.From+`' AND message_id < '`+p.To+`'
 				RETURNING processed_at, consumer_id, state, message_id, locked_until, attempts, lease_token, last_error
 			)
