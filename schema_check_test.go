@@ -238,6 +238,32 @@ func TestMiddleware_Schema(t *testing.T) {
 		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)), "and it is the table Migrate makes")
 	})
 
+	t.Run("ATableItsUsersOwnToolMigratedToTheCompactLayoutIsUsedAsItIs", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createByHand(t, db, table, func(_ int, up string) string { return up })
+		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)),
+			"no versions are recorded, and the migrations before the compact layout do not fit it")
+		_, err := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(noop)(newMsg("evt-1"))
+		require.NoError(t, err)
+	})
+
+	t.Run("ATableAppliedByHandThatLacksAnObjectIsReportedByName", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createByHand(t, db, table, func(version int, up string) string {
+			if version == 6 {
+				return "SELECT 1" // as if this version's file had been left out: the locks table is missing
+			}
+			return up
+		})
+		err := inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+		require.ErrorContains(t, err, "table "+table+"_locks does not exist")
+	})
+
 	t.Run("RefusesADriftedTableAndSaysWhatDiffers", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
