@@ -58,6 +58,7 @@ type pgQueries struct {
 	forgetSQL         string
 	forgetLeftoverSQL string
 
+	compactSQL        string
 	versionsCreateSQL string
 	versionsReadSQL   string
 	versionsRecordSQL string
@@ -78,6 +79,9 @@ const (
 	rollbackSavepointSQL = `ROLLBACK TO SAVEPOINT watermill_inbox_claim`
 	releaseSavepointSQL  = `RELEASE SAVEPOINT watermill_inbox_claim`
 )
+
+// compactVersion is the migration that moves the inbox table to the compact layout (007_compact.up.sql).
+const compactVersion = 7
 
 // migrateLockSQL makes concurrent migrators of one table take turns. The lock ends with the transaction, so a
 // crashed migrator cannot leave it held; PostgreSQL's DDL is transactional, so the whole migration, its record in
@@ -423,6 +427,10 @@ func newPGQueries(table string) *pgQueries {
 		// Runs only when forgetSQL deleted nothing, to tell a missing row from a live lease.
 		forgetLeftoverSQL: q(`SELECT greatest(0, extract(epoch FROM locked_until - now()) * 1000)::bigint
 			FROM {table} WHERE message_id = $2 AND consumer_id = (SELECT id FROM {table}_consumers WHERE name = $1)`),
+
+		// Whether the inbox table exists in the compact layout of migration 007 (its rows carry consumer ids).
+		compactSQL: q(`SELECT EXISTS (SELECT 1 FROM pg_attribute
+				WHERE attrelid = to_regclass('{table}') AND attname = 'consumer_id' AND NOT attisdropped)`),
 
 		// The versions table of Migrate. Users who apply the SQL files with their own tool have none.
 		versionsCreateSQL: q(`CREATE TABLE IF NOT EXISTS "{table}_migrations" (
@@ -813,6 +821,19 @@ func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.Mig
 	}
 	if err := tx.QueryRow(ctx, q.versionsReadSQL).Scan(&from); err != nil {
 		return 0, 0, fmt.Errorf("inbox: migrate: read %s: %w", versions, err)
+	}
+	if from == 0 {
+		// No versions recorded, but a table in the compact layout: the user's own tool applied the files through
+		// 007. The migrations before it were written for the old layout (004 indexes its consumer column, 003 and
+		// 005 put back a trigger that reads it), and 007 moves from that layout, so none of them may run again;
+		// the check below names whatever such a table lacks.
+		var compact bool
+		if err := tx.QueryRow(ctx, q.compactSQL).Scan(&compact); err != nil {
+			return 0, 0, fmt.Errorf("inbox: migrate: read the layout of %s: %w", p.Table, err)
+		}
+		if compact {
+			from = compactVersion
+		}
 	}
 	to = from
 	for _, m := range p.Migrations {

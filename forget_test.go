@@ -47,7 +47,9 @@ func TestForget(t *testing.T) {
 		db := openDB(t)
 		table := uniqueName("inbox_test")
 		t.Cleanup(func() {
-			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
+			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
+				table + `_migrations, ` + table + `_consumers CASCADE`)
+			_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 		})
 		opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
 		require.NoError(t, inbox.Migrate(context.Background(), db, opts...))
@@ -58,8 +60,8 @@ func TestForget(t *testing.T) {
 	t.Run("KeepsALiveLeaseUnlessForced", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, locked_until)
-			VALUES ('payments', 'evt-1', 'processing', 1, now() + interval '1 hour')`)
+		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, locked_until)
+			VALUES ($1, 'evt-1', 'p', 1, now() + interval '1 hour')`, b.consumerAged(t, "payments", 0))
 		require.NoError(t, err)
 		_, err = inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "payments", ID: "evt-1"}, inbox.WithTable(b.table))
 		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
@@ -86,9 +88,9 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 	b.insertAged(t, "wallet-credits", "a", "done", 20, 2*24*time.Hour, 1)
 	b.insertAged(t, "payments", "f", "failed", 2, time.Hour, 1)
 	b.insertAged(t, "payments", "r", "released", 3, time.Hour, 1)
-	_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, processed_at, locked_until)
-		VALUES ('payments', 'live', 'processing', 1, now(), now() + interval '1 hour'),
-		       ('payments', 'stuck', 'processing', 1, now() - interval '30 days', now() - interval '29 days')`)
+	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, processed_at, locked_until)
+		VALUES ($1, 'live', 'p', 1, `+minutesAgo(0)+`, now() + interval '1 hour'),
+		       ($1, 'stuck', 'p', 1, `+minutesAgo(thirtyDays)+`, now() - interval '29 days')`, b.consumerAged(t, "payments", thirtyDays))
 	require.NoError(t, err)
 
 	st, err := inbox.ReadStats(context.Background(), b.db, inbox.WithTable(b.table))

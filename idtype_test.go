@@ -18,7 +18,8 @@ import (
 func uuidBundle(t *testing.T) *testBundle {
 	t.Helper()
 	b := newBundle(t) // a text table, replaced below by a uuid one of the same name
-	_, err := b.db.Exec(`DROP TABLE ` + b.table + `, ` + b.table + `_produced, ` + b.table + `_migrations`)
+	_, err := b.db.Exec(`DROP TABLE ` + b.table + `, ` + b.table + `_produced, ` + b.table + `_migrations, ` +
+		b.table + `_consumers, ` + b.table + `_locks CASCADE`) // CASCADE: the view goes with the table
 	require.NoError(t, err)
 	require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table), inbox.WithIDType(inbox.IDTypeUUID)))
 	return b

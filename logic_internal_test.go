@@ -170,13 +170,19 @@ func TestSchemaShape_ParsesEachColumnSpecAndReportsDifferences(t *testing.T) {
 		{name: "held_until", typ: "timestamp with time zone", notNull: true},
 		{name: "note", typ: "text"},
 	}}, shape)
-	require.Equal(t, "message_id", schemaShape[0].columns[2].name)
-	require.Equal(t, "{id}", schemaShape[0].columns[2].typ, "the ID column's type is the table's own")
+	require.Equal(t, "message_id", schemaShape[0].columns[3].name, "after the columns that need alignment")
+	require.Equal(t, "{id}", schemaShape[0].columns[3].typ, "the ID column's type is the table's own")
+	require.Equal(t, columnShape{name: "state", typ: `"char"`, notNull: true}, schemaShape[0].columns[2])
 
 	require.NoError(t, schemaReport{idType: IDTypeText}.err("billing_inbox"))
 	missing := schemaReport{missing: true}.err("billing_inbox")
 	require.ErrorIs(t, missing, ErrSchemaMissing)
 	require.ErrorContains(t, missing, "billing_inbox")
+
+	outdated := schemaReport{outdated: true, wrong: []string{"table billing_inbox: column consumer_id does not exist"}}.err("billing_inbox")
+	require.ErrorIs(t, outdated, ErrSchemaDrift)
+	require.ErrorContains(t, outdated, "table billing_inbox has the layout of an older version of the inbox: run inbox.Migrate",
+		"an old layout is named as such, not as a list of differences")
 
 	absentOnly := schemaReport{absent: []string{"index billing_inbox_processing"}}
 	require.True(t, absentOnly.incomplete(), "whole objects missing: a migration can add them")

@@ -262,8 +262,8 @@ func TestObserver_LeaseMode(t *testing.T) {
 		t.Parallel()
 		obs := &recordingObserver{}
 		ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithObserver(obs))
-		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until)
-			VALUES ('wallet-credits', 'evt-1', 'processing', 1, $1, now() - interval '1 second')`, watermill.NewUUID())
+		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, lease_token, locked_until)
+			VALUES ($1, 'evt-1', 'p', 1, $2, now() - interval '1 second')`, b.consumerAged(t, "wallet-credits", 0), watermill.NewUUID())
 		require.NoError(t, err)
 		var inHandler any
 		_, err = ib.Middleware(func(m *message.Message) ([]*message.Message, error) {
@@ -340,11 +340,9 @@ func TestObserver_CleanupReportsTheRowsOfEachConsumer(t *testing.T) {
 	t.Parallel()
 	obs := &recordingObserver{}
 	_, b := setup(t)
-	_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, processed_at)
-		SELECT c, c || '-' || g, now() - interval '30 days'
-		FROM (VALUES ('billing', 3), ('shipping', 5)) AS v(c, n), generate_series(1, n) g`)
-	require.NoError(t, err)
-	_, err = inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+	b.insertAged(t, "billing", "billing", "done", 3, thirtyDays, 1)
+	b.insertAged(t, "shipping", "shipping", "done", 5, thirtyDays, 1)
+	_, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.table), inbox.WithObserver(obs))
 	require.NoError(t, err)
 
 	perConsumer := map[string]int64{}

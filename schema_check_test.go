@@ -21,7 +21,9 @@ func freshTable(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	table := uniqueName("inbox_fresh")
 	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_migrations, ` + table + `_locks CASCADE`)
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_migrations, ` + table + `_locks, ` +
+			table + `_consumers CASCADE`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 	})
 	return table
 }
@@ -36,6 +38,23 @@ func createByHand(t *testing.T, db *sql.DB, table string, edit func(version int,
 		_, err := db.Exec(edit(m.Version, m.Up))
 		require.NoError(t, err, "migration %d", m.Version)
 	}
+}
+
+// createOldLayout creates table in the layout of versions 1 to 6, as a user's own tool applied them before the
+// compact layout, with one row of consumer c: evt-old, done.
+func createOldLayout(t *testing.T, db *sql.DB, table string) {
+	t.Helper()
+	ms, err := inbox.Migrations(inbox.WithTable(table))
+	require.NoError(t, err)
+	for _, m := range ms {
+		if m.Version > 6 {
+			break
+		}
+		_, err := db.Exec(m.Up)
+		require.NoError(t, err, "migration %d", m.Version)
+	}
+	_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id) VALUES ('c', 'evt-old')`)
+	require.NoError(t, err)
 }
 
 // varchar64 turns both message_id columns of the first migration into varchar(64).
@@ -136,7 +155,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
 
-		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table)
+		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table + ` CASCADE`) // with its view
 		require.NoError(t, err)
 		// The first delivery's claim finds the table gone; it and every redelivery after it (the inbox checks
 		// again) wait the delay: no hot loop.
@@ -155,7 +174,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		h := ib.Middleware(noop)
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
-		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table)
+		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table + ` CASCADE`) // with its view
 		require.NoError(t, err)
 		for range 2 {
 			start := time.Now()
@@ -165,21 +184,84 @@ func TestMiddleware_Schema(t *testing.T) {
 		}
 	})
 
-	t.Run("AddsWhatANewerVersionAddsToATableAppliedByHand", func(t *testing.T) {
+	t.Run("WithoutAutoMigrateATableOfTheOldLayoutIsReportedAsOutdatedAndLeftAsItIs", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createOldLayout(t, db, table)
+		dlq := &recordingPublisher{}
+		const delay = 50 * time.Millisecond
+		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithAutoMigrate(false),
+			inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
+		for range 2 {
+			start := time.Now()
+			_, err = h(newMsg("evt-new"))
+			require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+			require.ErrorContains(t, err, "table "+table+" has the layout of an older version of the inbox: run inbox.Migrate")
+			require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
+		}
+		require.Zero(t, calls.Load())
+		require.Empty(t, dlq.messages("dlq"), "the message is fine; the table is not")
+		var rows int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+` WHERE consumer = 'c'`).Scan(&rows))
+		require.Equal(t, 1, rows, "the table keeps its old layout and its row")
+	})
+
+	t.Run("WithAutoMigrateTheFirstMessageMovesATableOfTheOldLayoutAndItsRows", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createOldLayout(t, db, table)
+		var calls atomic.Int64
+		h := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(
+			func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
+		_, err := h(newMsg("evt-new"))
+		require.NoError(t, err)
+		_, err = h(newMsg("evt-old"))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, calls.Load(), "the new message was applied; the old one is still a duplicate")
+
+		var states []string
+		rows, err := db.Query(`SELECT message_id || ' ' || state FROM ` + table + `_view WHERE consumer = 'c' ORDER BY message_id`)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			states = append(states, s)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, []string{"evt-new done", "evt-old done"}, states)
+		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)), "and it is the table Migrate makes")
+	})
+
+	t.Run("ATableItsUsersOwnToolMigratedToTheCompactLayoutIsUsedAsItIs", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		table := freshTable(t, db)
+		createByHand(t, db, table, func(_ int, up string) string { return up })
+		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)),
+			"no versions are recorded, and the migrations before the compact layout do not fit it")
+		_, err := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(noop)(newMsg("evt-1"))
+		require.NoError(t, err)
+	})
+
+	t.Run("ATableAppliedByHandThatLacksAnObjectIsReportedByName", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := freshTable(t, db)
 		createByHand(t, db, table, func(version int, up string) string {
-			if version == 4 {
-				return "SELECT 1" // as if this version's file had not been shipped yet
+			if version == 6 {
+				return "SELECT 1" // as if this version's file had been left out: the locks table is missing
 			}
 			return up
 		})
-		_, err := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(noop)(newMsg("evt-1"))
-		require.NoError(t, err)
-		var indexed bool
-		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table+"_processing").Scan(&indexed))
-		require.True(t, indexed)
+		err := inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
+		require.ErrorContains(t, err, "table "+table+"_locks does not exist")
 	})
 
 	t.Run("RefusesADriftedTableAndSaysWhatDiffers", func(t *testing.T) {
@@ -214,7 +296,7 @@ func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
 		db := openDB(t)
 		table := freshTable(t, db)
 		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
-		_, err := db.Exec(`DROP TABLE ` + table + `_produced, ` + table)
+		_, err := db.Exec(`DROP TABLE ` + table + `_produced, ` + table + ` CASCADE`) // with its view
 		require.NoError(t, err)
 		err = inbox.Migrate(context.Background(), db, inbox.WithTable(table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
@@ -252,6 +334,6 @@ func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 		require.ErrorContains(t, err, "index "+b.table+"_processing does not exist")
 		require.ErrorContains(t, err, "trigger "+b.table+"_unfinished_claim is disabled")
-		require.ErrorContains(t, err, "table "+b.table+"_produced has no primary key, want (consumer, message_id)")
+		require.ErrorContains(t, err, "table "+b.table+"_produced has no primary key, want (message_id, consumer_id)")
 	})
 }

@@ -21,8 +21,9 @@ func TestMigrate(t *testing.T) {
 		db := openDB(t)
 		table := uniqueName("inbox_test")
 		t.Cleanup(func() {
-			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced`)
-			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_migrations`)
+			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
+				table + `_migrations, ` + table + `_consumers CASCADE`)
+			_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 		})
 		const instances = 8
 		errs := make(chan error, instances)
@@ -57,18 +58,44 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, 8, columns, "a ninth column adds 8 bytes to every row: see migrations/001_inbox.up.sql")
 	})
 
-	t.Run("ProducedMessagesGoWithTheirInboxRow", func(t *testing.T) {
+	// The produced table has no foreign key since the compact layout (migrations/007_compact.up.sql says why): the
+	// cleanup and Forget delete a row's produced messages with it.
+	t.Run("ProducedMessagesGoWithTheirInboxRowWhenForgetOrTheCleanupDeletesIt", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t)
-		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			return []*message.Message{message.NewMessage("out-1", nil)}, nil
-		})(newMsg("evt-1"))
+		})
+		for _, id := range []string{"evt-1", "evt-2", "evt-3"} {
+			_, err := h(newMsg(id))
+			require.NoError(t, err)
+		}
+		produced := func() (ids []string) {
+			rows, err := b.db.Query(`SELECT message_id FROM ` + b.table + `_produced ORDER BY message_id`)
+			require.NoError(t, err)
+			defer rows.Close()
+			for rows.Next() {
+				var id string
+				require.NoError(t, rows.Scan(&id))
+				ids = append(ids, id)
+			}
+			require.NoError(t, rows.Err())
+			return ids
+		}
+		require.Equal(t, []string{"evt-1", "evt-2", "evt-3"}, produced())
+
+		row, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
 		require.NoError(t, err)
-		_, err = b.db.Exec(`DELETE FROM ` + b.table)
+		require.True(t, row.HadProduced)
+		require.Equal(t, []string{"evt-2", "evt-3"}, produced())
+
+		_, err = b.db.Exec(`UPDATE `+b.table+` SET processed_at = processed_at - 60*24*30
+			WHERE message_id = 'evt-2' AND consumer_id = (SELECT id FROM `+b.table+`_consumers WHERE name = $1)`, "wallet-credits")
 		require.NoError(t, err)
-		var left int
-		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_produced`).Scan(&left))
-		require.Zero(t, left)
+		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.Deleted)
+		require.Equal(t, []string{"evt-3"}, produced(), "the row the cleanup kept keeps its produced messages")
 	})
 
 	t.Run("RunningAgainChangesNothing", func(t *testing.T) {

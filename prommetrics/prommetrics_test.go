@@ -42,9 +42,27 @@ func openTable(t *testing.T) (*sql.DB, string) {
 	table := fmt.Sprintf("inbox_test_prom_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
 	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations`)
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations, ` +
+			table + `_locks, ` + table + `_consumers CASCADE`) // CASCADE: the view goes with the table
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 	})
 	return db, table
+}
+
+// consumerSince registers consumer in the consumers table of the inbox table, as if its first claim had been ago
+// (an interval such as "3 days"), and returns the id its rows carry.
+func consumerSince(t *testing.T, db *sql.DB, table, consumer, ago string) int {
+	t.Helper()
+	var id int
+	require.NoError(t, db.QueryRow(`INSERT INTO `+table+`_consumers AS c (name, created_at) VALUES ($1, now() - $2::interval)
+		ON CONFLICT (name) DO UPDATE SET created_at = least(c.created_at, excluded.created_at) RETURNING id`, consumer, ago).Scan(&id))
+	return id
+}
+
+// minutesAgo is an SQL expression for the time ago (an interval such as "2 hours") as the inbox table's
+// processed_at stores it: minutes since 1970, rounded down.
+func minutesAgo(ago string) string {
+	return "(floor(extract(epoch FROM now() - interval '" + ago + "') / 60))::integer"
 }
 
 func msgWithID(id string) *message.Message {
@@ -89,8 +107,8 @@ func TestObserver_ExportsEveryEventOfRealInboxWorkOnTheGivenRegistry(t *testing.
 	ib, err = inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("payments"), inbox.WithObserver(obs),
 		inbox.WithLease(time.Minute))
 	require.NoError(t, err)
-	_, err = db.Exec(`INSERT INTO `+table+` (consumer, message_id, state, attempts, lease_token, locked_until)
-		VALUES ('payments', 'pay-1', 'processing', 1, $1, now() - interval '1 second')`, watermill.NewUUID())
+	_, err = db.Exec(`INSERT INTO `+table+` (consumer_id, message_id, state, attempts, lease_token, locked_until)
+		VALUES ($1, 'pay-1', 'p', 1, $2, now() - interval '1 second')`, consumerSince(t, db, table, "payments", "0"), watermill.NewUUID())
 	require.NoError(t, err)
 	_, err = ib.Middleware(noop)(msgWithID("pay-1"))
 	require.NoError(t, err)
@@ -101,10 +119,12 @@ func TestObserver_ExportsEveryEventOfRealInboxWorkOnTheGivenRegistry(t *testing.
 	require.ErrorIs(t, err, inbox.ErrLeaseLost)
 
 	// Cleanup of two consumers' expired rows.
-	_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
-		SELECT c, c || '-old-' || g, now() - interval '30 days'
-		FROM (VALUES ('wallet-credits', 25), ('archive', 4)) AS v(c, n), generate_series(1, n) g`)
-	require.NoError(t, err)
+	for consumer, n := range map[string]int{"wallet-credits": 25, "archive": 4} {
+		_, err = db.Exec(`INSERT INTO `+table+` (consumer_id, message_id, processed_at)
+			SELECT $1, $2 || '-old-' || g, `+minutesAgo("30 days")+` FROM generate_series(1, $3::int) g`,
+			consumerSince(t, db, table, consumer, "30 days"), consumer, n)
+		require.NoError(t, err)
+	}
 	_, err = inbox.Cleanup(context.Background(), db, inbox.CleanupParams{BatchSize: 10}, inbox.WithTable(table), inbox.WithObserver(obs))
 	require.NoError(t, err)
 
@@ -183,11 +203,14 @@ func TestRegisterOldestRowAge(t *testing.T) {
 		require.NoError(t, prommetrics.RegisterOldestRowAge(reg, db, 0, inbox.WithTable(table)))
 		n, err := testutil.GatherAndCount(reg, "watermill_inbox_oldest_row_age_seconds")
 		require.NoError(t, err)
-		require.Zero(t, n, "no rows, no consumers")
+		require.Zero(t, n, "no consumers, no gauges")
 
-		_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id, processed_at)
-			VALUES ('wallet-credits', 'a', now() - interval '2 hours'), ('wallet-credits', 'b', now()),
-			       ('payments', 'c', now() - interval '3 days')`)
+		// A consumer remembers since its first claim (or the cutoff of the last cleanup, when that is later),
+		// which the consumers table records: here two hours and three days ago.
+		wallet, payments := consumerSince(t, db, table, "wallet-credits", "2 hours"), consumerSince(t, db, table, "payments", "3 days")
+		_, err = db.Exec(`INSERT INTO `+table+` (consumer_id, message_id, processed_at)
+			VALUES ($1, 'a', `+minutesAgo("2 hours")+`), ($1, 'b', `+minutesAgo("0")+`), ($2, 'c', `+minutesAgo("3 days")+`)`,
+			wallet, payments)
 		require.NoError(t, err)
 		ages := gatherAges(t, reg)
 		require.InDelta(t, 2*time.Hour.Seconds(), ages["wallet-credits"], 60)
