@@ -289,10 +289,14 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 	if err != nil {
 		return err
 	}
-	window := int64(1)
-	if span.RowsPerPage > 0 {
-		window = max(1, int64(float64(r.p.BatchSize)/span.RowsPerPage))
+	// A window of about a batch of rows. Without statistics (a table never analyzed), the guess of 60 rows a page
+	// errs on the wide side, which costs less: a window that holds more than a batch is walked again, while one
+	// that holds a handful makes a transaction per page.
+	rowsPerPage := span.RowsPerPage
+	if rowsPerPage <= 0 {
+		rowsPerPage = 60
 	}
+	window := max(1, int64(float64(r.p.BatchSize)/rowsPerPage))
 	for from := span.First; from <= span.Last; {
 		pages.From, pages.To = from, min(from+window, span.Last+1)
 		var counts map[string]int64
@@ -430,9 +434,9 @@ type CleanerConfig struct {
 	// Window is the longest redelivery among the consumers' sources (docs/retention.md has a table): how far back
 	// the inbox must remember. When set, the Cleaner checks after each round it ran how far back each consumer
 	// remembers (Remembers), and logs ErrShortMemory for a consumer it saw covering the window before and no
-	// longer does. Defaults to zero, which turns the check off. It must be shorter than Retention: right after a
-	// round a consumer's oldest row can be younger than Retention by the gap in its traffic at that point, and
-	// without a margin the alarm would fire on every quiet moment.
+	// longer does. Defaults to zero, which turns the check off. It must be shorter than Retention: rounds run at
+	// intervals, and on MySQL and MariaDB a consumer's oldest row right after a round can be younger than Retention
+	// by the gap in its traffic at that point; without a margin the alarm would fire on every quiet moment.
 	Window time.Duration
 }
 

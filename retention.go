@@ -38,9 +38,9 @@ type ConsumerMemory struct {
 // message was applied would still be recognised.
 func (m ConsumerMemory) Covers(window time.Duration) bool { return m.Age >= window }
 
-// Remembers returns how far back the inbox remembers, for each consumer that has rows the cleanup may delete, in
-// order of name. It costs one index probe per consumer (migrations/004), so it is cheap enough for every metrics
-// scrape (the prommetrics package exports it as watermill_inbox_oldest_row_age_seconds).
+// Remembers returns how far back the inbox remembers, for each consumer, in order of name. On PostgreSQL it reads
+// the consumers table (every consumer the table has registered); on MySQL and MariaDB it costs one index probe per
+// consumer that has rows the cleanup may delete. Either is cheap enough for every metrics scrape (the prommetrics package exports it as watermill_inbox_oldest_row_age_seconds).
 //
 // A consumer that started less than the window ago remembers less than the window, and no table can tell it from
 // a consumer whose history was deleted too early: compare Age with the window only for consumers you know are

@@ -168,7 +168,7 @@ func (o *Observer) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
 
 // RegisterOldestRowAge registers on reg a collector that, at every scrape, asks the database how far back the
 // inbox remembers (inbox.Remembers) and exports it per consumer as watermill_inbox_oldest_row_age_seconds. The
-// query is one index probe per consumer, bounded by timeout (DefaultQueryTimeout when zero). When it fails, the
+// query reads one row per consumer, bounded by timeout (DefaultQueryTimeout when zero). When it fails, the
 // gauge is left out of that scrape and watermill_inbox_oldest_row_age_errors_total goes up, so an unreachable
 // database does not fail the scrape of everything else the process exports. opts name the table as for
 // inbox.New; they are checked now.
@@ -195,8 +195,8 @@ func RegisterOldestRowAge(reg prometheus.Registerer, db *sql.DB, timeout time.Du
 		opts:    opts,
 		timeout: timeout,
 		age: prometheus.NewDesc("watermill_inbox_oldest_row_age_seconds",
-			"How far back the inbox remembers a consumer's messages: the age of its oldest row that the cleanup may delete, "+
-				"by the database clock. A copy redelivered from further back is applied again.",
+			"How far back the inbox remembers a consumer's messages (inbox.Remembers), by the database clock. A copy "+
+				"redelivered from further back is applied again.",
 			[]string{"consumer"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "watermill_inbox_oldest_row_age_errors_total",
