@@ -230,6 +230,8 @@ func (c *common) logger(quiet bool) watermill.LoggerAdapter {
 func migrateCommand(ctx context.Context, c *common, args []string, stdout, _ io.Writer) int {
 	fs := c.flags("Creates the inbox table, or upgrades it to this version's schema, in one transaction.")
 	idType := fs.String("id-type", string(inbox.IDTypeText), "column type of new tables' event IDs: text, or uuid when every producer sends UUIDs (ignored for a table that exists)")
+	var partitions days
+	fs.Var(&partitions, "partitions", "create a new table as partitions of this period of UUIDv7 time (with --id-type uuid; give cleanup the same flag); default none")
 	if code := c.parse(args); code >= 0 {
 		return code
 	}
@@ -238,6 +240,13 @@ func migrateCommand(ctx context.Context, c *common, args []string, stdout, _ io.
 		return exitUsage
 	}
 	opts := []inbox.Option{inbox.WithTable(c.table), inbox.WithIDType(inbox.IDType(*idType))}
+	if partitions != 0 {
+		opts = append(opts, inbox.WithPartitions(time.Duration(partitions)))
+		if _, err := inbox.Migrations(opts...); err != nil {
+			c.usageError("--partitions %s: %v", partitions, err)
+			return exitUsage
+		}
+	}
 	ms, err := inbox.Migrations(opts...)
 	if err != nil {
 		return c.fail(err)
@@ -266,8 +275,18 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 	every := days(time.Second)
 	fs.Var(&every, "progress", "print a progress line at most this often")
 	verbose := fs.Bool("verbose", false, "also print the library's log lines on stderr")
+	var partitions days
+	fs.Var(&partitions, "partitions", "the table is partitioned by this period (migrate --partitions): create partitions ahead and drop expired ones whole; default none")
 	if code := c.parse(args); code >= 0 {
 		return code
+	}
+	opts := []inbox.Option{inbox.WithTable(c.table), inbox.WithLogger(c.logger(!*verbose))}
+	if partitions != 0 {
+		opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Duration(partitions)))
+		if _, err := inbox.Migrations(opts...); err != nil {
+			c.usageError("--partitions %s: %v", partitions, err)
+			return exitUsage
+		}
 	}
 	switch {
 	case window <= 0:
@@ -301,7 +320,7 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 				count(p.Total, "row", "rows"), count(int64(p.Batch), "batch", "batches"),
 				group(int64(float64(p.Total)/max(elapsed.Seconds(), 0.001))), p.Consumer)
 		},
-	}, inbox.WithTable(c.table), inbox.WithLogger(c.logger(!*verbose)))
+	}, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("interrupted after %s (what was deleted stays deleted): %w", count(res.Deleted, "row", "rows"), err)
@@ -315,6 +334,10 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 	fmt.Fprintf(stdout, "deleted %s of %s older than %s (before %s) in %s, %s\n",
 		count(res.Deleted, "row", "rows"), c.table, window, res.Cutoff.UTC().Format(time.RFC3339),
 		count(int64(res.Batches), "batch", "batches"), res.Took.Round(time.Millisecond))
+	if partitions != 0 {
+		fmt.Fprintf(stdout, "created %s, dropped %s\n", count(int64(res.PartitionsCreated), "partition", "partitions"),
+			count(int64(res.PartitionsDropped), "partition", "partitions"))
+	}
 	if res.Abandoned == 1 {
 		fmt.Fprintln(stdout, "left 1 abandoned lease: a 'processing' row whose lease ran out before the cutoff; see 'watermill-inbox stats'")
 	} else if res.Abandoned > 1 {

@@ -339,3 +339,36 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 		require.Equal(t, 1, left, "only the abandoned lease is left")
 	})
 }
+
+func TestCLI_PartitionsAreCreatedByMigrateAndDroppedByCleanup(t *testing.T) {
+	t.Parallel()
+	db, table := newTable(t)
+	common := []string{"--dsn", testDSN(), "--table", table}
+
+	refused := cli(t, append([]string{"migrate", "--partitions", "1h"}, common...)...)
+	require.Equal(t, 2, refused.code, "partitions need uuid IDs")
+	require.Contains(t, refused.stderr, "--partitions 1h")
+
+	migrated := cli(t, append([]string{"migrate", "--id-type", "uuid", "--partitions", "1h"}, common...)...)
+	require.Equal(t, 0, migrated.code, migrated.stderr)
+	var parts int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_inherits WHERE inhparent = $1::regclass`, table).Scan(&parts))
+	require.GreaterOrEqual(t, parts, 50, "the default partition, the hour before and 48 hours ahead")
+
+	// A partition of ten hours ago, named as the cleanup names its own, as if an earlier round had made it.
+	from := time.Now().UTC().Add(-10 * time.Hour).Truncate(time.Hour)
+	floor := func(t time.Time) string {
+		h := fmt.Sprintf("%012x", t.UnixMilli())
+		return h[:8] + "-" + h[8:] + "-7000-8000-000000000000"
+	}
+	_, err := db.Exec(fmt.Sprintf(`CREATE TABLE %s_p%s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+		table, from.Format("20060102t1504"), table, floor(from), floor(from.Add(time.Hour))))
+	require.NoError(t, err)
+
+	cleaned := cli(t, append([]string{"cleanup", "--window", "5h", "--partitions", "1h"}, common...)...)
+	require.Equal(t, 0, cleaned.code, cleaned.stderr)
+	require.Contains(t, cleaned.stdout, "created 0 partitions, dropped 1 partition\n")
+	var left int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_inherits WHERE inhparent = $1::regclass`, table).Scan(&left))
+	require.Equal(t, parts, left)
+}
