@@ -181,11 +181,11 @@ func (b *testBundle) balance(t testing.TB) int {
 	return balance
 }
 
-// rows counts the inbox rows of consumer.
+// rows counts the inbox rows of consumer, read through the view that names consumers.
 func (b *testBundle) rows(t testing.TB, consumer string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+` WHERE consumer = $1`, consumer).Scan(&n))
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE consumer = $1`, consumer).Scan(&n))
 	return n
 }
 
