@@ -181,7 +181,7 @@ func (b *testBundle) balance(t testing.TB) int {
 	return balance
 }
 
-// rows counts the inbox rows of consumer, read through the view that names consumers.
+// rows counts the inbox rows of consumer, through the view that shows them with consumer names.
 func (b *testBundle) rows(t testing.TB, consumer string) int {
 	t.Helper()
 	var n int
