@@ -21,7 +21,7 @@ func (b *testBundle) requireAllDone(t testing.TB, consumer string, n int) {
 	t.Helper()
 	var done, all int
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FILTER (WHERE state = 'done'), count(*) FROM `+b.table+
-		` WHERE consumer = $1`, consumer).Scan(&done, &all))
+		`_view WHERE consumer = $1`, consumer).Scan(&done, &all))
 	require.Equal(t, n, all, "one row per event")
 	require.Equal(t, n, done, "every row is 'done'")
 }

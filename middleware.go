@@ -39,6 +39,11 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil {
 			return nil, i.reject(msg, consumer, err)
 		}
+		// A consumer's first message registers its name on a connection of its own: before a transaction holds
+		// one, or handlers that each hold one and wait for another would drain the pool for good.
+		if _, err := i.store.consumerID(ctx, consumer); err != nil {
+			return nil, i.settle(msg, consumer, err)
+		}
 		if i.cfg.lease > 0 {
 			return i.applyLeased(msg, consumer, id, h) // for effects outside the database
 		}

@@ -361,6 +361,40 @@ func TestMiddleware_ContextCancellation(t *testing.T) {
 	})
 }
 
+// A consumer's first message registers its name, which takes a connection of its own. It must take it before the
+// message's transaction holds one: a pool that every handler drains while it waits for a second connection never
+// gives one back. One connection is the smallest such pool.
+func TestMiddleware_AConsumersFirstMessageNeedsOneConnectionOnly(t *testing.T) {
+	t.Parallel()
+	modes := map[string][]inbox.Option{
+		"TransactionMode": nil,
+		"BatchMode":       {inbox.WithBatch(time.Millisecond, 8)},
+		"LeaseMode":       {inbox.WithLease(time.Minute)},
+	}
+	for name, opts := range modes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			db := openDB(t)
+			db.SetMaxOpenConns(1)
+			ib, err := inbox.New(db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits")}, opts...)...)
+			require.NoError(t, err)
+			var calls atomic.Int64
+			msg := newMsg("evt-1")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			msg.SetContext(ctx)
+			_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+				calls.Add(1)
+				return nil, nil
+			})(msg)
+			require.NoError(t, err, "the message is applied with the pool's one connection")
+			require.EqualValues(t, 1, calls.Load())
+			require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
+		})
+	}
+}
+
 func TestMiddleware_MissingSchemaIsReportedAsSuch(t *testing.T) {
 	t.Parallel()
 	db := openDB(t)

@@ -39,8 +39,8 @@ func TestModeSwitch_TransactionModeTakesOverWhatLeaseModeLeft(t *testing.T) {
 	t.Run("AnExpiredLeaseIsTakenOver", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t)
-		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, lease_token, locked_until)
-			VALUES ('wallet-credits', 'evt-1', 'processing', 1, gen_random_uuid(), now() - interval '1 second')`)
+		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, lease_token, locked_until)
+			VALUES ($1, 'evt-1', 'p', 1, gen_random_uuid(), now() - interval '1 second')`, b.consumerID(t, "wallet-credits"))
 		require.NoError(t, err)
 		var calls atomic.Int64
 		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
@@ -52,8 +52,8 @@ func TestModeSwitch_TransactionModeTakesOverWhatLeaseModeLeft(t *testing.T) {
 	t.Run("ALiveLeaseIsWaitedFor", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t)
-		_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state, attempts, lease_token, locked_until)
-			VALUES ('wallet-credits', 'evt-1', 'processing', 1, gen_random_uuid(), now() + interval '1 hour')`)
+		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, lease_token, locked_until)
+			VALUES ($1, 'evt-1', 'p', 1, gen_random_uuid(), now() + interval '1 hour')`, b.consumerID(t, "wallet-credits"))
 		require.NoError(t, err)
 		var calls atomic.Int64
 		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
@@ -65,12 +65,13 @@ func TestModeSwitch_TransactionModeTakesOverWhatLeaseModeLeft(t *testing.T) {
 func TestModeSwitch_ARowTakenOverAsApplyingCannotCommitBeforeItsHandlerFinished(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	_, err := b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, state) VALUES ('wallet-credits', 'evt-1', 'released')`)
+	consumer := b.consumerID(t, "wallet-credits")
+	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state) VALUES ($1, 'evt-1', 'r')`, consumer)
 	require.NoError(t, err)
 	// What a joined claim's takeover writes, committed by the subscriber before the handler turned it 'done'.
 	tx, err := b.db.Begin()
 	require.NoError(t, err)
-	_, err = tx.Exec(`UPDATE ` + b.table + ` SET state = 'applying' WHERE consumer = 'wallet-credits' AND message_id = 'evt-1'`)
+	_, err = tx.Exec(`UPDATE `+b.table+` SET state = 'a' WHERE consumer_id = $1 AND message_id = 'evt-1'`, consumer)
 	require.NoError(t, err)
 	err = tx.Commit()
 	require.Error(t, err, "the guard must refuse the commit")

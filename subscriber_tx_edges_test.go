@@ -203,7 +203,7 @@ func (c *commitAtDoneConn) ExecContext(ctx context.Context, query string, args [
 	c.mu.Lock()
 	inTx := c.inTx
 	c.mu.Unlock()
-	if err == nil && inTx && strings.Contains(query, "state = 'done'") && c.d.armed.Load() && c.d.fired.CompareAndSwap(false, true) {
+	if err == nil && inTx && strings.Contains(query, "SET state = 'd' ") && c.d.armed.Load() && c.d.fired.CompareAndSwap(false, true) {
 		if _, err := c.Conn.(driver.ExecerContext).ExecContext(ctx, "COMMIT", nil); err != nil {
 			return nil, err
 		}
