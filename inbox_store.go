@@ -35,7 +35,11 @@ func (s *store) consumerID(ctx context.Context, consumer string) (int, error) {
 	}
 	id, err := s.d.ConsumerID(ctx, s.pool, s.table, consumer)
 	if err != nil {
-		return 0, s.wrap("register consumer", consumer, "", err)
+		if s.d.Classify(err) == dialect.NoTable {
+			noteSchemaLost(s.table)
+			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: %w", consumer, s.table, ErrSchemaMissing, err)
+		}
+		return 0, fmt.Errorf("inbox: register consumer %s: %w", consumer, poolerHint(s.d, err))
 	}
 	s.ids.Store(consumer, id)
 	return id, nil

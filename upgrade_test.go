@@ -61,7 +61,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 			require.NoError(t, err)
 		}
 	}
-	createOldLayout(t, db, table, opts...)
+	createPreviousLayout(t, db, table, opts...)
 
 	newID := func(n int) string {
 		if idType == inbox.IDTypeUUID {
@@ -197,9 +197,9 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	require.InDelta(t, (99*time.Hour + 30*time.Minute).Seconds(), ms[1].Age.Seconds(), 5, "remembers since the cutoff")
 }
 
-// createOldLayout creates the inbox table as migrations 001 to 006 leave it, recorded in its versions table as
+// createPreviousLayout creates the inbox table as migrations 001 to 006 leave it, recorded in its versions table as
 // Migrate records them.
-func createOldLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.Option) {
+func createPreviousLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.Option) {
 	t.Helper()
 	ms, err := inbox.Migrations(opts...)
 	require.NoError(t, err)
