@@ -44,9 +44,8 @@ func partitioned(t *testing.T, db *sql.DB) (string, []inbox.Option) {
 	t.Helper()
 	table := uniqueName("inbox_parts")
 	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
-			table + `_migrations, ` + table + `_consumers, ` + table + `_effects CASCADE`)
-		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
+		dropInboxTables(db, table)
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_effects`)
 	})
 	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Hour)}
 	require.NoError(t, inbox.Migrate(context.Background(), db, opts...))

@@ -44,16 +44,8 @@ func createByHand(t *testing.T, db *sql.DB, table string, edit func(version int,
 // compact layout, with one row of consumer c: evt-old, done.
 func createOldLayout(t *testing.T, db *sql.DB, table string) {
 	t.Helper()
-	ms, err := inbox.Migrations(inbox.WithTable(table))
-	require.NoError(t, err)
-	for _, m := range ms {
-		if m.Version > 6 {
-			break
-		}
-		_, err := db.Exec(m.Up)
-		require.NoError(t, err, "migration %d", m.Version)
-	}
-	_, err = db.Exec(`INSERT INTO ` + table + ` (consumer, message_id) VALUES ('c', 'evt-old')`)
+	applyPreviousLayout(t, db.Exec, inbox.WithTable(table))
+	_, err := db.Exec(`INSERT INTO ` + table + ` (consumer, message_id) VALUES ('c', 'evt-old')`)
 	require.NoError(t, err)
 }
 

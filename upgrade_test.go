@@ -41,11 +41,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	ctx := context.Background()
 	db := openDB(t)
 	table := uniqueName("inbox_upgrade")
-	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
-			table + `_migrations, ` + table + `_consumers CASCADE`)
-		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
-	})
+	t.Cleanup(func() { dropInboxTables(db, table) })
 	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(idType)}
 	if partitioned {
 		// As docs/retention.md showed it for the earlier layout: the parent created by hand before Migrate, by
@@ -201,24 +197,42 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 // Migrate records them.
 func createPreviousLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.Option) {
 	t.Helper()
-	ms, err := inbox.Migrations(opts...)
-	require.NoError(t, err)
 	tx, err := db.Begin()
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
 	_, err = tx.Exec(`CREATE TABLE ` + table + `_migrations (version integer PRIMARY KEY, name text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`)
 	require.NoError(t, err)
-	for _, m := range ms {
-		if m.Version > 6 {
-			break
-		}
-		_, err := tx.Exec(m.Up)
-		require.NoError(t, err, "migration %d", m.Version)
+	for _, m := range applyPreviousLayout(t, tx.Exec, opts...) {
 		_, err = tx.Exec(`INSERT INTO `+table+`_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
 		require.NoError(t, err)
 	}
 	require.NoError(t, tx.Commit())
+}
+
+// applyPreviousLayout runs, through exec, the migrations of the layout before the compact one (001 to 006) for
+// the table opts name, and returns them.
+func applyPreviousLayout(t *testing.T, exec func(string, ...any) (sql.Result, error), opts ...inbox.Option) []inbox.Migration {
+	t.Helper()
+	ms, err := inbox.Migrations(opts...)
+	require.NoError(t, err)
+	var applied []inbox.Migration
+	for _, m := range ms {
+		if m.Version > 6 {
+			break
+		}
+		_, err := exec(m.Up)
+		require.NoError(t, err, "migration %d", m.Version)
+		applied = append(applied, m)
+	}
+	return applied
+}
+
+// dropInboxTables drops the inbox table and everything the inbox made beside it.
+func dropInboxTables(db *sql.DB, table string) {
+	_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
+		table + `_migrations, ` + table + `_consumers CASCADE`)
+	_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 }
 
 // storedProduced is a produced message as the inbox stores it, and what its replay must carry.
@@ -232,11 +246,7 @@ type storedProduced struct {
 func producedAsStored(t *testing.T, db *sql.DB, consumer, id string, idType inbox.IDType) storedProduced {
 	t.Helper()
 	scratch := uniqueName("inbox_scratch")
-	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + scratch + `, ` + scratch + `_produced, ` + scratch + `_locks, ` +
-			scratch + `_migrations, ` + scratch + `_consumers CASCADE`)
-		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + scratch + `_unfinished_claim()`)
-	})
+	t.Cleanup(func() { dropInboxTables(db, scratch) })
 	ib, err := inbox.New(db, inbox.WithTable(scratch), inbox.WithIDType(idType), inbox.WithConsumer(consumer))
 	require.NoError(t, err)
 	out, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
