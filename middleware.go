@@ -39,6 +39,11 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil {
 			return nil, i.reject(msg, consumer, err)
 		}
+		// The consumer's id is resolved before any transaction begins: registering a new name takes a connection
+		// of its own, which a pool whose every connection holds a message's transaction would never hand out.
+		if _, err := i.store.consumerID(ctx, consumer); err != nil {
+			return nil, err
+		}
 		if i.cfg.lease > 0 {
 			return i.applyLeased(msg, consumer, id, h) // for effects outside the database
 		}
