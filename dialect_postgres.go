@@ -125,14 +125,19 @@ func newPGQueries(table string) *pgQueries {
 	return &pgQueries{
 
 		// Registers a consumer's name and returns its id (migrations/007_compact.up.sql), in a transaction of its
-		// own, once per consumer and process. Two processes registering one name at once are serialized by the
-		// unique index: the second waits for the first's commit and inserts nothing, and its SELECT, which reads
-		// the snapshot the statement began with, finds nothing either; the caller runs the statement again, and
-		// the new snapshot sees the first's row.
-		consumerIDSQL: q(`WITH registered AS (
-				INSERT INTO {table}_consumers (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id
+		// own, once per consumer and process. It inserts only a name it did not find: an INSERT draws the next id
+		// from the identity sequence even when it conflicts, and the smallint ids would run out after 32,767
+		// process starts. Two processes registering one name at once are serialized by the unique index: the
+		// second waits for the first's commit and inserts nothing, and its SELECT, which reads the snapshot the
+		// statement began with, finds nothing either; the caller runs the statement again, and the new snapshot
+		// sees the first's row.
+		consumerIDSQL: q(`WITH known AS (
+				SELECT id FROM {table}_consumers WHERE name = $1
+			), registered AS (
+				INSERT INTO {table}_consumers (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM known)
+				ON CONFLICT (name) DO NOTHING RETURNING id
 			)
-			SELECT id FROM registered UNION ALL SELECT id FROM {table}_consumers WHERE name = $1`),
+			SELECT id FROM known UNION ALL SELECT id FROM registered`),
 
 		// The claim is the whole deduplication. The primary key (message_id, consumer_id) makes a second INSERT of
 		// the same ID wait for the first transaction to end, then do nothing if it committed: racing copies are

@@ -264,12 +264,19 @@ func (b *latencyBench) logf(format string, a ...any) {
 // random order take many times longer, an index larger than shared_buffers writing a page out for nearly every
 // row. The price is an index packed as a bulk load packs it (leaf pages 90% full rather than about 70%), and
 // expired rows that sit together in the primary key rather than spread through it: a batch's deletes touch fewer
-// pages of the index than they would in production.
-const latencyFillSQL = `INSERT INTO %s (processed_at, consumer, message_id, state)
-	SELECT now() - make_interval(secs => $3::float8 - ($3::float8 - $4::float8) * (row_number() OVER (ORDER BY id) - 1)
-			/ greatest($1::int - 1, 1)),
-		$2, id, 'done'
-	FROM (SELECT md5(i::text)::uuid::text AS id FROM generate_series(1, $1::int) i) ids`
+// pages of the index than they would in production. The table stores the consumer's id and processed_at in minutes
+// since 1970 (migrations/007): the consumer is registered first, and dated back to the oldest row, as the migration
+// of an existing table dates it.
+const latencyFillSQL = `WITH consumer AS (
+		INSERT INTO %[2]s (name, created_at) VALUES ($2, now() - make_interval(secs => $3::float8))
+		ON CONFLICT (name) DO UPDATE SET created_at = least(%[2]s.created_at, excluded.created_at)
+		RETURNING id
+	)
+	INSERT INTO %[1]s (processed_at, consumer_id, message_id, state)
+	SELECT floor(extract(epoch FROM now() - make_interval(secs => $3::float8 - ($3::float8 - $4::float8)
+			* (row_number() OVER (ORDER BY ids.message_id) - 1) / greatest($1::int - 1, 1))) / 60)::integer,
+		consumer.id, ids.message_id, 'd'
+	FROM consumer, (SELECT md5(i::text)::uuid::text AS message_id FROM generate_series(1, $1::int) i) ids`
 
 // latencyCreditSQL is the handler's side effect: one small UPDATE in the claim's transaction.
 const latencyCreditSQL = `UPDATE %s SET balance = balance + 1 WHERE id = $1`
@@ -296,18 +303,19 @@ const latencyCountersSQL = `SELECT pg_current_wal_lsn()::text,
 func (b *latencyBench) table(ctx context.Context, rows int, expired bool) (table string, drop func(), err error) {
 	b.tables++
 	table = fmt.Sprintf("%s_%d", b.prefix, b.tables)
+	// Dropped outright rather than migrated down: 007's down migration would copy every row back into the old
+	// layout first.
 	drop = func() {
-		ms, err := inbox.Migrations(inbox.WithTable(table))
-		if err == nil {
-			for i := len(ms) - 1; i >= 0 && err == nil; i-- {
-				_, err = b.watchDB.Exec(ms[i].Down)
+		for _, q := range []string{
+			`DROP TABLE IF EXISTS ` + pq.QuoteIdentifier(table+"_produced") + `, ` + pq.QuoteIdentifier(table) + `, ` +
+				pq.QuoteIdentifier(table+"_locks") + `, ` + pq.QuoteIdentifier(table+"_migrations") + `, ` +
+				pq.QuoteIdentifier(table+"_consumers") + ` CASCADE`,
+			`DROP FUNCTION IF EXISTS ` + pq.QuoteIdentifier(table+"_unfinished_claim") + `()`,
+		} {
+			if _, err := b.watchDB.Exec(q); err != nil {
+				b.logf("drop %s: %v", table, err)
+				return
 			}
-		}
-		if err == nil {
-			_, err = b.watchDB.Exec(`DROP TABLE IF EXISTS ` + pq.QuoteIdentifier(table+"_migrations"))
-		}
-		if err != nil {
-			b.logf("drop %s: %v", table, err)
 		}
 	}
 	if err := inbox.Migrate(ctx, b.watchDB, inbox.WithTable(table)); err != nil {
@@ -319,7 +327,7 @@ func (b *latencyBench) table(ctx context.Context, rows int, expired bool) (table
 		oldest, newest = retention+25*3600, retention+3600
 	}
 	start := time.Now()
-	if _, err := b.watchDB.ExecContext(ctx, fmt.Sprintf(latencyFillSQL, pq.QuoteIdentifier(table)),
+	if _, err := b.watchDB.ExecContext(ctx, fmt.Sprintf(latencyFillSQL, pq.QuoteIdentifier(table), pq.QuoteIdentifier(table+"_consumers")),
 		rows, latencyConsumer, oldest, newest); err != nil {
 		return table, drop, fmt.Errorf("fill %s: %w", table, err)
 	}

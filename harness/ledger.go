@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,9 +64,26 @@ const creditSQL = `WITH moved AS (
 INSERT INTO harness_ledger (run_id, event_id, account, amount, consumer) VALUES ($1, $2, $3, $4, $5)`
 
 // claimSQL is the inbox's claim as the library runs it, for the PostgreSQL-only ceiling of the throughput
-// measurement: the ceiling must do the same work per message, minus Kafka and Watermill.
-const claimSQL = `INSERT INTO ` + inboxTable + ` (consumer, message_id, state) VALUES ($1, $2, 'done')
-ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`
+// measurement: the ceiling must do the same work per message, minus Kafka and Watermill. $1 is the consumer's id
+// in the consumers table (registerConsumer), resolved once per run as an Inbox resolves it once per process.
+const claimSQL = `INSERT INTO ` + inboxTable + ` (consumer_id, message_id, state) VALUES ($1, $2, 'd')
+ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING true`
+
+// runConsumer picks the inbox rows of a run: every run is a consumer of its own, named by the run's ID, and the
+// rows carry the consumer's id rather than its name.
+const runConsumer = `consumer_id = (SELECT id FROM ` + inboxTable + `_consumers WHERE name = $1)`
+
+// registerConsumerSQL returns the id of consumer $1, registering it if the consumers table does not list it yet.
+// It looks first and inserts only when it must, so that finding a known consumer draws no value from the identity
+// sequence. Two registrations of one new name at once leave the second with no row (its snapshot predates the
+// first's commit); the caller tries again.
+const registerConsumerSQL = `WITH known AS (
+    SELECT id FROM ` + inboxTable + `_consumers WHERE name = $1
+), registered AS (
+    INSERT INTO ` + inboxTable + `_consumers (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM known)
+    ON CONFLICT (name) DO NOTHING RETURNING id
+)
+SELECT id FROM known UNION ALL SELECT id FROM registered`
 
 // stallSQL records that a message stalled; it returns a row only the first time, for one consumer.
 const stallSQL = `INSERT INTO harness_stalls (run_id, event_id, consumer) VALUES ($1, $2, $3)
@@ -89,6 +107,21 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	return inbox.Migrate(ctx, db, inbox.WithTable(inboxTable))
+}
+
+// registerConsumer returns the id the inbox table stores for consumer, registering the name if it is new.
+func registerConsumer(ctx context.Context, db *sql.DB, consumer string) (int, error) {
+	for try := 0; try < 3; try++ {
+		var id int
+		err := db.QueryRowContext(ctx, registerConsumerSQL, consumer).Scan(&id)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("register consumer %s: %w", consumer, err)
+		}
+	}
+	return 0, fmt.Errorf("consumer %s was not registered after three tries", consumer)
 }
 
 // event is one credit as published and as recorded in harness_events.
@@ -158,7 +191,7 @@ func count(ctx context.Context, db *sql.DB, run string) (tally, error) {
 		        (SELECT 1 FROM harness_events e WHERE e.run_id = $1 AND e.event_id = p.event_id)),
 		    (SELECT coalesce(sum(balance), 0) FROM harness_accounts WHERE run_id = $1),
 		    (SELECT coalesce(sum(amount), 0) FROM harness_ledger WHERE run_id = $1),
-		    (SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE consumer = $1)`, run).
+		    (SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE `+runConsumer+`)`, run).
 		Scan(&t.Events, &t.Rows, &t.Duplicates, &t.Losses, &t.Strays, &t.Balance, &t.Credited, &t.Commits)
 	if err != nil {
 		return t, fmt.Errorf("count run %s: %w", run, err)
@@ -183,7 +216,7 @@ func ledgerRows(ctx context.Context, db *sql.DB, run string) (int, error) {
 // subtransaction with an ID of its own. (IDs wrap around after four billion transactions; a run is far shorter.)
 func claimCommits(ctx context.Context, db *sql.DB, run string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE consumer = $1`, run).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE `+runConsumer, run).Scan(&n)
 	return n, err
 }
 
@@ -221,14 +254,18 @@ func writesOf(ctx context.Context, db *sql.DB, run string, ids []string) (map[st
 	return out, rows.Err()
 }
 
-// cleanup deletes a counted run's rows; the tables would otherwise grow by a million rows per throughput run.
+// cleanup deletes a counted run's rows; the tables would otherwise grow by a million rows per throughput run. The
+// run's consumer goes too: its id is never given out again, but the consumers table stays as small as the runs
+// in flight. (The produced table has no foreign key to the inbox table, so its rows are deleted on their own.)
 func cleanup(ctx context.Context, db *sql.DB, run string) error {
 	for _, q := range []string{
 		`DELETE FROM harness_ledger WHERE run_id = $1`,
 		`DELETE FROM harness_events WHERE run_id = $1`,
 		`DELETE FROM harness_accounts WHERE run_id = $1`,
 		`DELETE FROM harness_stalls WHERE run_id = $1`,
-		`DELETE FROM ` + inboxTable + ` WHERE consumer = $1`,
+		`DELETE FROM ` + inboxTable + ` WHERE ` + runConsumer,
+		`DELETE FROM ` + inboxTable + `_produced WHERE ` + runConsumer,
+		`DELETE FROM ` + inboxTable + `_consumers WHERE name = $1`,
 	} {
 		if _, err := db.ExecContext(ctx, q, run); err != nil {
 			return fmt.Errorf("clean up run %s: %w", run, err)

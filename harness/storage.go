@@ -21,13 +21,20 @@ import (
 const storageUsage = `harness storage: bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
 
 Each run fills a fresh table with --rows rows in one COPY (keys made in Go; PostgreSQL 15 has no uuidv7()),
-runs VACUUM ANALYZE and reads the sizes from the catalog, for two shapes of table:
+runs VACUUM ANALYZE and reads the sizes from the catalog, for three shapes of table:
 
   article  the article's table: consumer text, message_id, processed_at; primary key (consumer, message_id)
-  inbox    this library's table as inbox.Migrate creates it, with the cleanup's index (migrations/004)
+  before   this library's table of migrations 001 to 006: consumer names in every row, a B-tree cleanup index
+  now      this library's table as inbox.Migrate creates it today (001 to 007, the compact layout): consumer
+           ids, a one-byte state, minutes, a BRIN cleanup index
 
-It prints the median per row of --runs runs as a markdown table, beside the article's figures (PostgreSQL
-18.6), with the size of --days of retention at --daily messages a day, and writes a chart to --svg.
+The inbox shapes count every relation the library creates for the table: its indexes, and the consumers and
+produced tables with theirs. It prints the median per row of --runs runs as a markdown table, beside the
+article's figures (PostgreSQL 18.6) and the goals of the compact layout, with the size of --days of retention at
+--daily messages a day, and writes a chart to --svg.
+
+With --migration (the default), each run also fills the before shape with --rows rows and times migration 007
+on it, from its first statement to its commit: the time the table is locked ACCESS EXCLUSIVE.
 
 Flags:
 `
@@ -42,6 +49,15 @@ var storageArticle = map[string]storageSizes{
 // storageKeys are the message ID types measured, in the article's order.
 var storageKeys = []string{"text", "uuid v4", "uuid v7"}
 
+// storageGoal is the most bytes per row the compact layout may take, every index counted (issue #12).
+var storageGoal = map[string]float64{"text": 175, "uuid v4": 115, "uuid v7": 100}
+
+// storageShapes are the shapes of table measured, in the order they are printed.
+var storageShapes = []string{"article", "before", "now"}
+
+// storageBeforeVersion is the last migration of the layout before the compact one: the "before" shape.
+const storageBeforeVersion = 6
+
 // storageConsumer is the consumer name in every row. Its length matters: it is stored in every heap tuple and in
 // every entry of the primary key and of the cleanup index. 14 characters reproduce the article's heap figures.
 const storageConsumer = "wallet-credits"
@@ -52,16 +68,19 @@ const storageConsumer = "wallet-credits"
 type storageSizes struct {
 	Heap, Index, Total float64
 	PKey, Cleanup      float64
+	// Side is the consumers and produced tables, with their indexes, included in Index and Total.
+	Side float64
 }
 
 type storageConfig struct {
-	dsn    string
-	runs   int
-	rows   int
-	daily  float64
-	days   int
-	svg    string
-	shapes []string
+	dsn       string
+	runs      int
+	rows      int
+	daily     float64
+	days      int
+	svg       string
+	shapes    []string
+	migration bool
 }
 
 func runStorage(args []string) error {
@@ -75,7 +94,8 @@ func runStorage(args []string) error {
 	fs.Float64Var(&c.daily, "daily", 5_000_000, "messages a day, for the retention arithmetic (the article's made-up figure)")
 	fs.IntVar(&c.days, "days", 14, "days of retention, for the arithmetic (inbox.DefaultRetention)")
 	fs.StringVar(&c.svg, "svg", "docs/storage.svg", "where to write the chart")
-	fs.StringVar(&shapes, "shapes", "article,inbox", "table shapes to measure, comma-separated: article, inbox")
+	fs.StringVar(&shapes, "shapes", strings.Join(storageShapes, ","), "table shapes to measure, comma-separated: article, before, now")
+	fs.BoolVar(&c.migration, "migration", true, "also time migration 007 on --rows rows of the before shape, per key type")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,8 +103,8 @@ func runStorage(args []string) error {
 		return errors.New("storage: want --runs >= 1, --rows >= 1000, --daily > 0 and --days >= 1")
 	}
 	for _, s := range strings.Split(shapes, ",") {
-		if s = strings.TrimSpace(s); s != "article" && s != "inbox" {
-			return fmt.Errorf("storage: unknown shape %q (want article or inbox)", s)
+		if s = strings.TrimSpace(s); s != "article" && s != "before" && s != "now" {
+			return fmt.Errorf("storage: unknown shape %q (want article, before or now)", s)
 		}
 		c.shapes = append(c.shapes, strings.TrimSpace(s))
 	}
@@ -108,7 +128,19 @@ func runStorage(args []string) error {
 	// Runs are the outer loop, so a drift of the machine during the measurement spreads over every key type
 	// instead of landing on one.
 	samples := map[string][]storageSizes{} // shape + "/" + key -> one per run
+	migrations := map[string][]float64{}   // key -> seconds of migration 007, one per run
 	for run := 1; run <= c.runs; run++ {
+		if c.migration {
+			for _, key := range storageKeys {
+				d, err := storageTimeMigration(ctx, db, key, c.rows)
+				if err != nil {
+					return fmt.Errorf("storage: run %d, migration 007, %s keys: %w", run, key, err)
+				}
+				migrations[key] = append(migrations[key], d.Seconds())
+				progress("run %d/%d migration 007 on %s %s rows: %s", run, c.runs, thousands(float64(c.rows)), key,
+					d.Round(time.Millisecond))
+			}
+		}
 		for _, shape := range c.shapes {
 			for _, key := range storageKeys {
 				start := time.Now()
@@ -129,6 +161,9 @@ func runStorage(args []string) error {
 	}
 	table := storageTable(c, version, med)
 	fmt.Print(table)
+	if c.migration {
+		fmt.Print(storageMigrationTable(c, migrations))
+	}
 	if c.svg != "" {
 		if err := os.MkdirAll(filepath.Dir(c.svg), 0o755); err != nil {
 			return err
@@ -158,27 +193,38 @@ func storageMeasure(ctx context.Context, db *sql.DB, shape, key string, rows int
 	if err != nil {
 		return storageSizes{}, err
 	}
-	if err := storageFill(ctx, db, table, key, rows); err != nil {
+	if err := storageFill(ctx, db, shape, table, key, rows); err != nil {
 		return storageSizes{}, err
 	}
 	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE "`+table+`"`); err != nil {
 		return storageSizes{}, err
 	}
-	var heap, index, total, pkey, cleanup int64
-	err = db.QueryRowContext(ctx, `SELECT pg_relation_size($1::text::regclass, 'main'), pg_indexes_size($1::text::regclass),
-			pg_total_relation_size($1::text::regclass), pg_relation_size(($1::text || '_pkey')::regclass),
-			coalesce(pg_relation_size(to_regclass($1::text || '_processed_at')), 0)`, table).
-		Scan(&heap, &index, &total, &pkey, &cleanup)
+	return storageSizesOf(ctx, db, table, rows)
+}
+
+// storageSizesOf reads the sizes of table and of the side tables the library creates beside it (consumers,
+// produced: empty here but for the consumers' one row, yet their pages and indexes count), per row of rows.
+func storageSizesOf(ctx context.Context, db *sql.DB, table string, rows int) (storageSizes, error) {
+	var heap, index, total, pkey, cleanup, sideIndex, side int64
+	err := db.QueryRowContext(ctx, `WITH side AS (
+			SELECT to_regclass(quote_ident($1::text || s)) AS rel FROM unnest(ARRAY['_consumers', '_produced']) s
+		)
+		SELECT pg_relation_size(quote_ident($1::text)::regclass, 'main'), pg_indexes_size(quote_ident($1::text)::regclass),
+			pg_total_relation_size(quote_ident($1::text)::regclass), pg_relation_size(quote_ident($1::text || '_pkey')::regclass),
+			coalesce(pg_relation_size(to_regclass(quote_ident($1::text || '_processed_at'))), 0),
+			(SELECT coalesce(sum(pg_indexes_size(rel)), 0) FROM side WHERE rel IS NOT NULL),
+			(SELECT coalesce(sum(pg_total_relation_size(rel)), 0) FROM side WHERE rel IS NOT NULL)`, table).
+		Scan(&heap, &index, &total, &pkey, &cleanup, &sideIndex, &side)
 	if err != nil {
 		return storageSizes{}, err
 	}
 	n := float64(rows)
-	return storageSizes{Heap: float64(heap) / n, Index: float64(index) / n, Total: float64(total) / n,
-		PKey: float64(pkey) / n, Cleanup: float64(cleanup) / n}, nil
+	return storageSizes{Heap: float64(heap) / n, Index: float64(index+sideIndex) / n, Total: float64(total+side) / n,
+		PKey: float64(pkey) / n, Cleanup: float64(cleanup) / n, Side: float64(side) / n}, nil
 }
 
-// storageCreate creates the table and returns how to drop it. The inbox shape is built by the library's own
-// migrations, so the measurement follows the schema as it changes.
+// storageCreate creates the table and returns how to drop it. The inbox shapes are built by the library's own
+// migrations, so the measurement follows the schema as it changes: before applies 001 to 006, now all of them.
 func storageCreate(ctx context.Context, db *sql.DB, shape, table, idType string) (drop func(), err error) {
 	if shape == "article" {
 		// The article's schema.sql, with the ID's type as the only change.
@@ -193,12 +239,17 @@ func storageCreate(ctx context.Context, db *sql.DB, shape, table, idType string)
 	if err != nil {
 		return nil, err
 	}
+	// Dropped outright: the down migration of 007 would copy every row back into the old layout first.
 	drop = func() {
-		for i := len(ms) - 1; i >= 0; i-- {
-			_, _ = db.Exec(ms[i].Down)
-		}
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + pq.QuoteIdentifier(table+"_produced") + `, ` + pq.QuoteIdentifier(table) + `, ` +
+			pq.QuoteIdentifier(table+"_locks") + `, ` + pq.QuoteIdentifier(table+"_migrations") + `, ` +
+			pq.QuoteIdentifier(table+"_consumers") + ` CASCADE`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + pq.QuoteIdentifier(table+"_unfinished_claim") + `()`)
 	}
 	for _, m := range ms {
+		if shape == "before" && m.Version > storageBeforeVersion {
+			break
+		}
 		if _, err := db.ExecContext(ctx, m.Up); err != nil {
 			return drop, fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 		}
@@ -208,8 +259,9 @@ func storageCreate(ctx context.Context, db *sql.DB, shape, table, idType string)
 
 // storageFill copies rows rows into table in one transaction, the keys made in Go for every type alike. Each row
 // gets its own processed_at, a millisecond after the previous one, as rows committed one by one do: equal
-// timestamps would let the cleanup index deduplicate its entries and look smaller than it is.
-func storageFill(ctx context.Context, db *sql.DB, table, key string, rows int) (err error) {
+// timestamps would let the cleanup index deduplicate its entries and look smaller than it is. The now shape stores
+// the consumer's id, registered first, and processed_at in minutes since 1970.
+func storageFill(ctx context.Context, db *sql.DB, shape, table, key string, rows int) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -219,7 +271,18 @@ func storageFill(ctx context.Context, db *sql.DB, table, key string, rows int) (
 			_ = tx.Rollback()
 		}
 	}()
-	stmt, err := tx.PrepareContext(ctx, "COPY "+pq.QuoteIdentifier(table)+" (consumer, message_id, processed_at) FROM STDIN")
+	var consumer any = storageConsumer
+	copySQL := "COPY " + pq.QuoteIdentifier(table) + " (consumer, message_id, processed_at) FROM STDIN"
+	if shape == "now" {
+		var id int
+		if err := tx.QueryRowContext(ctx, `INSERT INTO `+pq.QuoteIdentifier(table+"_consumers")+` (name) VALUES ($1) RETURNING id`,
+			storageConsumer).Scan(&id); err != nil {
+			return err
+		}
+		consumer = id
+		copySQL = "COPY " + pq.QuoteIdentifier(table) + " (consumer_id, message_id, processed_at) FROM STDIN"
+	}
+	stmt, err := tx.PrepareContext(ctx, copySQL)
 	if err != nil {
 		return err
 	}
@@ -236,7 +299,11 @@ func storageFill(ctx context.Context, db *sql.DB, table, key string, rows int) (
 		default:
 			id = uuid.NewString() // v4, random: "text" stores the same 36 characters as text
 		}
-		if _, err := stmt.ExecContext(ctx, storageConsumer, id, base.Add(time.Duration(i)*time.Millisecond)); err != nil {
+		var at any = base.Add(time.Duration(i) * time.Millisecond)
+		if shape == "now" {
+			at = at.(time.Time).Unix() / 60
+		}
+		if _, err := stmt.ExecContext(ctx, consumer, id, at); err != nil {
 			return err
 		}
 	}
@@ -263,6 +330,7 @@ func storageMedian(ss []storageSizes) storageSizes {
 		Total:   pick(func(s storageSizes) float64 { return s.Total }),
 		PKey:    pick(func(s storageSizes) float64 { return s.PKey }),
 		Cleanup: pick(func(s storageSizes) float64 { return s.Cleanup }),
+		Side:    pick(func(s storageSizes) float64 { return s.Side }),
 	}
 }
 
@@ -275,10 +343,53 @@ func storageTable(c storageConfig, version string, med map[string]storageSizes) 
 	retained := c.daily * float64(c.days)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Bytes per row, median of %d runs of %s rows after VACUUM ANALYZE, PostgreSQL %s; the article's on "+
-		"PostgreSQL 18.6. The last columns are %s rows: %d days at %s messages a day.\n\n",
+		"PostgreSQL 18.6. The retention columns are %s rows: %d days at %s messages a day.\n\n",
 		c.runs, thousands(float64(c.rows)), version, thousands(retained), c.days, thousands(c.daily))
+	_, haveBefore := med["before/text"]
+	_, haveNow := med["now/text"]
+	if haveBefore || haveNow {
+		b.WriteString("The inbox table, every index and side table counted, beside the article's minimal table and the goals of #12:\n\n")
+		var rows [][]string
+		for _, k := range storageKeys {
+			row := []string{k, fmt.Sprintf("%.1f", storageArticle[k].Total), storageCell(med, "before/"+k), storageCell(med, "now/"+k),
+				fmt.Sprintf("<= %.0f", storageGoal[k])}
+			if m, ok := med["now/"+k]; ok {
+				row = append(row, storagePass(m.Total, k))
+			} else {
+				row = append(row, "")
+			}
+			if bf, ok := med["before/"+k]; ok && haveNow {
+				row = append(row, fmt.Sprintf("%.0f%%", 100*(1-med["now/"+k].Total/bf.Total)))
+			} else {
+				row = append(row, "")
+			}
+			rows = append(rows, row)
+		}
+		b.WriteString(markdownTable([]string{"message_id type", "article", "before (001-006)", "now (001-007)", "goal",
+			"now within goal", "smaller than before"}, rows))
+		b.WriteString("\n")
+		for _, shape := range []string{"before", "now"} {
+			if _, ok := med[shape+"/text"]; !ok {
+				continue
+			}
+			if shape == "before" {
+				b.WriteString("Before: the table of migrations 001 to 006 (consumer names, B-tree cleanup index):\n\n")
+			} else {
+				b.WriteString("Now: the table as inbox.Migrate creates it (consumer ids, BRIN cleanup index, consumers table):\n\n")
+			}
+			var rows [][]string
+			for _, k := range storageKeys {
+				m := med[shape+"/"+k]
+				rows = append(rows, []string{k, fmt.Sprintf("%.1f", m.Heap), fmt.Sprintf("%.1f", m.PKey),
+					fmt.Sprintf("%.2f", m.Cleanup), fmt.Sprintf("%.2f", m.Side), fmt.Sprintf("%.1f", m.Total), storageGB(c, m.Total)})
+			}
+			b.WriteString(markdownTable([]string{"message_id type", "heap", "primary key", "cleanup index",
+				"consumers and produced tables", "total", thousands(retained) + " rows"}, rows))
+			b.WriteString("\n")
+		}
+	}
 	if _, ok := med["article/text"]; ok {
-		b.WriteString("The article's table (consumer, message_id, processed_at):\n\n")
+		b.WriteString("The article's table (consumer, message_id, processed_at), ours beside the article's:\n\n")
 		var rows [][]string
 		for _, k := range storageKeys {
 			m, a := med["article/"+k], storageArticle[k]
@@ -290,20 +401,89 @@ func storageTable(c storageConfig, version string, med map[string]storageSizes) 
 		}
 		b.WriteString(markdownTable([]string{"message_id type", "heap (ours)", "heap (article)", "index (ours)", "index (article)",
 			"total (ours)", "total (article)", thousands(retained) + " rows (ours)", thousands(retained) + " rows (article)"}, rows))
-		b.WriteString("\n")
-	}
-	if _, ok := med["inbox/text"]; ok {
-		b.WriteString("This library's table, as inbox.Migrate creates it (state column, lease columns, cleanup index):\n\n")
-		var rows [][]string
-		for _, k := range storageKeys {
-			m := med["inbox/"+k]
-			rows = append(rows, []string{k, fmt.Sprintf("%.1f", m.Heap), fmt.Sprintf("%.1f", m.PKey),
-				fmt.Sprintf("%.1f", m.Cleanup), fmt.Sprintf("%.1f", m.Total), storageGB(c, m.Total)})
-		}
-		b.WriteString(markdownTable([]string{"message_id type", "heap", "primary key", "cleanup index", "total",
-			thousands(retained) + " rows"}, rows))
 	}
 	return b.String()
+}
+
+// storagePass marks whether total bytes per row of key are within the goal.
+func storagePass(total float64, key string) string {
+	if total <= storageGoal[key] {
+		return "yes"
+	}
+	return fmt.Sprintf("NO (%.1f over)", total-storageGoal[key])
+}
+
+func storageCell(med map[string]storageSizes, k string) string {
+	if m, ok := med[k]; ok {
+		return fmt.Sprintf("%.1f", m.Total)
+	}
+	return ""
+}
+
+// storageMigrationTable prints the median time of migration 007 per key type.
+func storageMigrationTable(c storageConfig, secs map[string][]float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nMigration 007 on %s rows of the before layout, median of %d runs (min to max), from its first "+
+		"statement to its commit: the table is locked ACCESS EXCLUSIVE all along.\n\n", thousands(float64(c.rows)), c.runs)
+	var rows [][]string
+	for _, k := range storageKeys {
+		sp := spreadOf(secs[k])
+		rows = append(rows, []string{k, fmt.Sprintf("%.1f s", sp.Median), fmt.Sprintf("%.1f to %.1f s", sp.Min, sp.Max)})
+	}
+	b.WriteString(markdownTable([]string{"message_id type", "locked for (median)", "range"}, rows))
+	return b.String()
+}
+
+// storageTimeMigration fills the before shape with rows rows of key, vacuums it as an old table would be, and
+// times migration 007 on it in one transaction, as inbox.Migrate runs it.
+func storageTimeMigration(ctx context.Context, db *sql.DB, key string, rows int) (time.Duration, error) {
+	table := fmt.Sprintf("harness_storage_migrate_%s_%d", strings.ReplaceAll(key, " ", "_"), os.Getpid())
+	drop, err := storageCreate(ctx, db, "before", table, compactIDType(key))
+	if drop != nil {
+		defer drop()
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := storageFill(ctx, db, "before", table, key, rows); err != nil {
+		return 0, err
+	}
+	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE `+pq.QuoteIdentifier(table)); err != nil {
+		return 0, err
+	}
+	ms, err := inbox.Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(compactIDType(key))))
+	if err != nil {
+		return 0, err
+	}
+	var up string
+	for _, m := range ms {
+		if m.Version == storageBeforeVersion+1 {
+			up = m.Up
+		}
+	}
+	if up == "" {
+		return 0, fmt.Errorf("no migration %03d", storageBeforeVersion+1)
+	}
+	start := time.Now()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, up); err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	elapsed := time.Since(start)
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+pq.QuoteIdentifier(table)).Scan(&n); err != nil {
+		return 0, err
+	} else if n != rows {
+		return 0, fmt.Errorf("the migrated table has %d rows, want %d", n, rows)
+	}
+	return elapsed, nil
 }
 
 func storageChart(c storageConfig, version string, med map[string]storageSizes) barChart {
@@ -315,14 +495,14 @@ func storageChart(c storageConfig, version string, med map[string]storageSizes) 
 		Categories: storageKeys,
 	}
 	article := series{Name: "article's table (article, PG 18.6)", Color: colorNeutral, Hollow: true}
-	ours := series{Name: "article's table (ours)", Color: colorNeutral}
-	inboxRow := series{Name: "inbox table with cleanup index (ours)", Color: colorInbox}
+	before := series{Name: "inbox table before (001-006)", Color: colorNeutral}
+	now := series{Name: "inbox table now (001-007)", Color: colorInbox}
 	for _, k := range storageKeys {
 		article.Values = append(article.Values, storageArticle[k].Total)
-		ours.Values = append(ours.Values, storageValue(med, "article/"+k))
-		inboxRow.Values = append(inboxRow.Values, storageValue(med, "inbox/"+k))
+		before.Values = append(before.Values, storageValue(med, "before/"+k))
+		now.Values = append(now.Values, storageValue(med, "now/"+k))
 	}
-	chart.Series = []series{article, ours, inboxRow}
+	chart.Series = []series{article, before, now}
 	return chart
 }
 

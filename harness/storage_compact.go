@@ -372,7 +372,7 @@ func compactCreate(ctx context.Context, db *sql.DB, layout, table, idType string
 	dropAll := func() { _, _ = db.Exec(dropSQL) }
 	drop = dropAll
 	if layout == compactTodayName {
-		down, err := storageCreate(ctx, db, "inbox", table, idType)
+		down, err := storageCreate(ctx, db, "before", table, idType)
 		if down != nil {
 			return func() { down(); dropAll() }, err
 		}

@@ -346,6 +346,10 @@ func (e *env) ceiling(ctx context.Context, run string, n, inFlight, pool int, sl
 	if err := warmPool(db, nil, pool); err != nil {
 		return 0, err
 	}
+	consumerID, err := registerConsumer(ctx, db, run)
+	if err != nil {
+		return 0, err
+	}
 	claim, err := db.PrepareContext(ctx, claimSQL)
 	if err != nil {
 		return 0, fmt.Errorf("prepare the claim: %w", err)
@@ -377,7 +381,7 @@ func (e *env) ceiling(ctx context.Context, run string, n, inFlight, pool int, sl
 				if sleep > 0 {
 					time.Sleep(sleep)
 				}
-				if err := ceilingTx(ctx, db, claim, credit, run, ids[i], accounts[i]); err != nil {
+				if err := ceilingTx(ctx, db, claim, credit, run, consumerID, ids[i], accounts[i]); err != nil {
 					errs <- err
 					return
 				}
@@ -401,14 +405,14 @@ func (e *env) ceiling(ctx context.Context, run string, n, inFlight, pool int, sl
 // ceilingTx is the inbox's transaction for one message, without the inbox: claim, credit, commit. The statements
 // were prepared once per connection (Tx.StmtContext reuses a statement already prepared on the transaction's
 // connection), so each costs one round trip, where lib/pq spends two on a statement with arguments that is not.
-func ceilingTx(ctx context.Context, db *sql.DB, claim, credit *sql.Stmt, run, id string, account int) error {
+func ceilingTx(ctx context.Context, db *sql.DB, claim, credit *sql.Stmt, run string, consumerID int, id string, account int) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var claimed bool
-	if err := tx.StmtContext(ctx, claim).QueryRowContext(ctx, run, id).Scan(&claimed); err != nil {
+	if err := tx.StmtContext(ctx, claim).QueryRowContext(ctx, consumerID, id).Scan(&claimed); err != nil {
 		return fmt.Errorf("ceiling claim: %w", err)
 	}
 	if _, err := tx.StmtContext(ctx, credit).ExecContext(ctx, run, id, account, 1, ceilingName); err != nil {

@@ -62,7 +62,8 @@ func setup(t *testing.T) *bundle {
 	table := fmt.Sprintf("inbox_test_otel_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
 	t.Cleanup(func() {
-		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` + table + `_migrations`)
+		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` + table + `_migrations, ` + table + `_consumers CASCADE`)
+		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 	})
 
 	b := &bundle{db: db, table: table, spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
@@ -211,8 +212,14 @@ func TestObserver_RecordsMetricsForTheInboxsEvents(t *testing.T) {
 	}
 	_, err := b.inbox(t, inbox.WithRejectDelay(time.Millisecond)).Middleware(noop)(message.NewMessage(watermill.NewUUID(), nil))
 	require.ErrorIs(t, err, inbox.ErrMissingEventID)
-	_, err = b.db.Exec(`INSERT INTO ` + b.table + ` (consumer, message_id, processed_at)
-		SELECT 'archive', 'old-' || g, now() - interval '30 days' FROM generate_series(1, 7) g`)
+	// Seven rows of a consumer no process runs, written 30 days ago (minutes since 1970, as the table stores them).
+	_, err = b.db.Exec(`WITH c AS (
+			INSERT INTO ` + b.table + `_consumers (name) VALUES ('archive')
+			ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id
+		)
+		INSERT INTO ` + b.table + ` (consumer_id, message_id, processed_at)
+		SELECT c.id, 'old-' || g, (floor(extract(epoch FROM now() - interval '30 days') / 60))::integer
+		FROM c, generate_series(1, 7) g`)
 	require.NoError(t, err)
 	_, err = inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithObserver(b.obs))
 	require.NoError(t, err)

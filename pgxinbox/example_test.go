@@ -43,13 +43,14 @@ func ExampleNew() {
 	defer pool.Close()
 	table := uniqueName("inbox_example")
 	defer func() {
-		for _, t := range []string{table + "_accounts", table + "_produced", table + "_locks", table, table + "_migrations"} {
-			if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+t); err != nil {
+		for _, q := range []string{
+			`DROP TABLE IF EXISTS ` + table + `_accounts, ` + table + `_produced, ` + table + `_locks, ` + table + `_migrations, ` +
+				table + `_consumers, ` + table + ` CASCADE`,
+			`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`,
+		} {
+			if _, err := pool.Exec(ctx, q); err != nil {
 				fmt.Println(err)
 			}
-		}
-		if _, err := pool.Exec(ctx, `DROP FUNCTION IF EXISTS `+table+`_unfinished_claim()`); err != nil {
-			fmt.Println(err)
 		}
 	}()
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+`_accounts (id int PRIMARY KEY, balance bigint NOT NULL);

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -234,7 +235,7 @@ func TestOperations(t *testing.T) {
 		b := newBundle(t)
 		applyAll(t, b, "old-1", "old-2", "new-1")
 		_, err := b.pool.Exec(context.Background(),
-			`UPDATE `+b.table+` SET processed_at = now() - interval '40 days' WHERE message_id LIKE 'old-%'`)
+			`UPDATE `+b.table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(40*24*time.Hour)+` WHERE message_id LIKE 'old-%'`)
 		require.NoError(t, err)
 
 		res, err := pgxinbox.Database(b.pool).Cleanup(context.Background(), inbox.CleanupParams{Retention: 30 * 24 * time.Hour},
@@ -282,7 +283,10 @@ func TestOperations(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		applyAll(t, b, "evt-1")
-		_, err := b.pool.Exec(context.Background(), `UPDATE `+b.table+` SET processed_at = now() - interval '2 hours'`)
+		// Two hours pass: the row ages, and so does the consumer's record of when it began to remember.
+		_, err := b.pool.Exec(context.Background(), `UPDATE `+b.table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(2*time.Hour))
+		require.NoError(t, err)
+		_, err = b.pool.Exec(context.Background(), inboxtest.PostgreSQL.AgeConsumer(b.table, 2*time.Hour), "wallet-credits")
 		require.NoError(t, err)
 		ms, err := pgxinbox.Database(b.pool).Remembers(context.Background(), inbox.WithTable(b.table))
 		require.NoError(t, err)

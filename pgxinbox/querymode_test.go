@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -104,8 +105,9 @@ func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	// A table of uuid event IDs.
 	uuidTable := inbox.WithTable(b.table + "_u")
 	t.Cleanup(func() {
-		_, _ = b.pool.Exec(ctx, `DROP TABLE IF EXISTS `+b.table+`_u_produced, `+b.table+`_u, `+b.table+`_u_locks, `+b.table+`_u_migrations`)
-		_, _ = b.pool.Exec(ctx, `DROP FUNCTION IF EXISTS `+b.table+`_u_unfinished_claim()`)
+		for _, q := range inboxtest.PostgreSQL.DropInbox(b.table + "_u") {
+			_, _ = b.pool.Exec(ctx, q)
+		}
 	})
 	require.NoError(t, db.Migrate(ctx, uuidTable, inbox.WithIDType(inbox.IDTypeUUID)))
 	byUUID, err := db.New(inbox.WithConsumer("wallet-credits"), uuidTable)
@@ -120,7 +122,8 @@ func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	require.NoError(t, err)
 
 	// The operations.
-	_, err = b.pool.Exec(ctx, `UPDATE `+b.table+` SET processed_at = now() - interval '40 days' WHERE consumer = 'payments'`)
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(40*24*time.Hour)+`
+		WHERE consumer_id = (SELECT id FROM `+b.table+`_consumers WHERE name = 'payments')`)
 	require.NoError(t, err)
 	ms, err := db.Remembers(ctx, inbox.WithTable(b.table))
 	require.NoError(t, err)

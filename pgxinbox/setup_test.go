@@ -104,10 +104,12 @@ func newBundleOn(t testing.TB, pool *pgxpool.Pool, opts ...inbox.Option) *testBu
 // drop removes every object the inbox may have created under the bundle's table name.
 func (b *testBundle) drop(t testing.TB) {
 	ctx := context.Background()
-	_, err := b.pool.Exec(ctx, `DROP TABLE IF EXISTS `+b.accounts+`, `+b.table+`_produced, `+b.table+`, `+
-		b.table+`_locks, `+b.table+`_migrations`)
-	if err == nil {
-		_, err = b.pool.Exec(ctx, `DROP FUNCTION IF EXISTS `+b.table+`_unfinished_claim()`)
+	_, err := b.pool.Exec(ctx, `DROP TABLE IF EXISTS `+b.accounts)
+	for _, q := range inboxtest.PostgreSQL.DropInbox(b.table) {
+		if err != nil {
+			break
+		}
+		_, err = b.pool.Exec(ctx, q)
 	}
 	if err != nil {
 		t.Errorf("drop the test's tables: %v", err)
@@ -146,7 +148,7 @@ func (b *testBundle) balance(t testing.TB) int {
 func (b *testBundle) rows(t testing.TB, consumer string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.table+` WHERE consumer = $1`, consumer).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+b.table+`_view WHERE consumer = $1`, consumer).Scan(&n))
 	return n
 }
 
@@ -154,7 +156,7 @@ func (b *testBundle) rows(t testing.TB, consumer string) int {
 func (b *testBundle) row(t testing.TB, consumer, id string) (state string, attempts int) {
 	t.Helper()
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT state, coalesce(attempts, 0) FROM `+b.table+` WHERE consumer = $1 AND message_id::text = $2`, consumer, id).
+		`SELECT state, coalesce(attempts, 0) FROM `+b.table+`_view WHERE consumer = $1 AND message_id::text = $2`, consumer, id).
 		Scan(&state, &attempts))
 	return state, attempts
 }

@@ -70,10 +70,16 @@ func benchThroughput(b *testing.B, params map[string]string) {
 		return ids
 	}
 	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
-	// The dialect's claim, spelled out: the ceiling sends what the inbox sends.
-	claim := `INSERT INTO ` + bundle.table + ` (consumer, message_id, state) VALUES ($1, $2, $3)
-			ON CONFLICT (consumer, message_id) DO NOTHING
+	// The dialect's claim, spelled out: the ceiling sends what the inbox sends, with the consumer's id registered
+	// once beforehand, as an Inbox does.
+	claim := `INSERT INTO ` + bundle.table + ` (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
+			ON CONFLICT (message_id, consumer_id) DO NOTHING
 			RETURNING true`
+	var ceilingID int
+	if err := pool.QueryRow(ctx, `INSERT INTO `+bundle.table+`_consumers (name) VALUES ('bench-ceiling')
+			ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`).Scan(&ceilingID); err != nil {
+		b.Fatal(err)
+	}
 
 	ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware"))
 	if err != nil {
@@ -107,7 +113,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	kinds := map[string]func(account int) func(ctx context.Context, id string) error{
 		"ceiling": func(account int) func(context.Context, string) error {
 			return func(ctx context.Context, id string) error {
-				return ceilingMessage(ctx, pool, claim, update, id, account)
+				return ceilingMessage(ctx, pool, claim, update, ceilingID, id, account)
 			}
 		},
 		"middleware-begintx": handle(beginTx),
@@ -191,13 +197,13 @@ func (b beginTxOnly) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, e
 
 // ceilingMessage is one message's work without the inbox, as PostgreSQL's own benchmark would send it: four
 // statements, four round trips, the claim and the UPDATE prepared by pgx's statement cache.
-func ceilingMessage(ctx context.Context, pool *pgxpool.Pool, claim, update, id string, account int) error {
+func ceilingMessage(ctx context.Context, pool *pgxpool.Pool, claim, update string, consumerID int, id string, account int) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	var claimed bool
-	if err := tx.QueryRow(ctx, claim, "bench-ceiling", id, "done").Scan(&claimed); err != nil {
+	if err := tx.QueryRow(ctx, claim, consumerID, id, "d").Scan(&claimed); err != nil {
 		_ = tx.Rollback(ctx)
 		return fmt.Errorf("claim: %w", err)
 	}
