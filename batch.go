@@ -20,17 +20,21 @@ import (
 // share one transaction: one statement claims all their IDs, each handler runs in a savepoint of its own, and one
 // commit makes them all durable before any of them is acked. The path of one message:
 //
-//  1. Join the consumer's queue. A batch begins at once when none is running; otherwise when one of the
-//     WithBatchConcurrency slots frees, after waiting up to the batch wait for the batch to fill.
+//  1. Join the consumer's queue. A message that finds nothing running and nothing waiting goes alone, as without
+//     batching. Otherwise a batch begins as soon as no other batch is claiming its messages (while batches run,
+//     after waiting up to the batch wait for it to fill).
 //  2. The batch begins its transaction and claims its IDs, sorted (batches sharing IDs lock them in one order).
 //     A message whose ID was there already (a duplicate, or a row lease mode holds) leaves the batch and goes
 //     the way of a message without batching, as does every message of a batch whose claim failed.
-//  3. Run the handler. Its first use of the transaction waits for the connection, which one handler holds at a
-//     time, and sets its savepoint; it holds the connection until it returns. Work before that overlaps.
+//  3. Run the handler at once. Its first use of the transaction waits for the batch's turn (WithBatchConcurrency
+//     batches at a time, in the order they began) and then for the connection, which one handler holds at a
+//     time, and sets its savepoint (on pgx, sent with its first statement); it holds the connection until it
+//     returns. Work before that overlaps the other handlers' and the batches' before it.
 //  4. On success, store the produced messages; on an error or a panic, roll back to the savepoint and give the
 //     claim back, so that only this message is nacked, at once.
-//  5. When every handler has finished, commit once; the handlers that succeeded return, and the router acks.
-//     A commit that fails nacks them all, and nothing of the batch is applied.
+//  5. When every handler has finished, the next batch takes the turn, and this one commits once; the handlers that
+//     succeeded return, and the router acks. A commit that fails nacks them all, and nothing of the batch is
+//     applied.
 
 // applyBatched applies msg in the batch that claims it, or alone when none does.
 func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
