@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -136,7 +137,7 @@ const batchesAhead = 7
 // batch before it could want: only its new claim rows, which no handler touches.
 func (q *batchQueue) startReady() {
 	size, wait := q.i.cfg.batchSize, q.i.cfg.batchWait
-	for len(q.pending) > 0 && !q.forming && !q.held && q.running < q.i.cfg.batchRunning+batchesAhead {
+	for len(q.pending) > 0 && !q.forming && !q.held && q.running < q.i.cfg.batchRunning+batchesAhead && !q.stalled() {
 		if q.running > 0 && len(q.pending) < size && wait > 0 && !q.waited {
 			if q.timer == nil {
 				q.timerN++
@@ -184,6 +185,17 @@ func (q *batchQueue) take(size int) []*member {
 	clear(q.pending[len(rest):])
 	q.pending = rest
 	return taken
+}
+
+// stalled reports whether the newest batch waiting for its turn has no member still working: a batch begun now
+// would overlap nothing, and the messages that wait do better to gather into one batch when that one's turn comes
+// (with zero-work handlers, batches of many messages instead of many batches of few). Called with mu held.
+func (q *batchQueue) stalled() bool {
+	if len(q.gated) == 0 {
+		return false
+	}
+	last := q.gated[len(q.gated)-1]
+	return last.atTurn.Load() >= int32(last.members)
 }
 
 // formed records that the forming batch has claimed its messages, and lets its members use its connection now if
@@ -254,6 +266,8 @@ type batch struct {
 	solo bool
 
 	ready    chan struct{} // closed when the members may use the connection (admit)
+	members  int           // claimed members
+	atTurn   atomic.Int32  // members that wait for the turn, or finished without needing it
 	admitted bool          // ready is closed; guarded by the queue's mu
 
 	mu     sync.Mutex
@@ -302,7 +316,7 @@ func (q *batchQueue) run(members []*member) {
 		goAlone(members)
 		return
 	}
-	b := &batch{i: i, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), solo: len(claimed) == 1,
+	b := &batch{i: i, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), members: len(claimed), solo: len(claimed) == 1,
 		done: make(chan struct{}), ready: make(chan struct{})}
 	owned := make(map[string]bool, len(claimed))
 	for _, id := range claimed {
@@ -386,6 +400,7 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 	stampProduced(produced, b.consumer, m.id, b.i.cfg.idKey)
 	raw, err := encodeProduced(b.consumer, m.id, produced)
 	if err == nil && raw == nil && t.unused() {
+		b.atTurn.Add(1)
 		b.finished(m) // nothing to write, and the handler wrote nothing: the connection is not needed
 		return nil
 	}
@@ -508,6 +523,7 @@ func (e deferring) Exec(ctx context.Context, query string, args ...any) (int64, 
 // member's part is settled (keep, undo).
 func (t *memberTx) hold(withSavepoint bool) {
 	t.once.Do(func() {
+		t.b.atTurn.Add(1)
 		<-t.b.ready
 		t.b.conn.Lock()
 		if withSavepoint && !t.b.solo {
