@@ -123,8 +123,10 @@ func (q *batchQueue) takeAlone() bool {
 }
 
 // batchesAhead is how many batches may have claimed their messages and started their handlers while the batches
-// that WithBatchConcurrency allows run their statements: each holds a transaction, and so a connection, open.
-const batchesAhead = 7
+// that WithBatchConcurrency allows run their statements: each holds a transaction, and so a connection, open. With
+// the default concurrency, 4 connections at most, the least pgxpool's default pool has. 7 did no better than 3
+// with 10 ms handlers at 32 and 64 in flight (BenchmarkRouterBatch), within the noise of this machine.
+const batchesAhead = 3
 
 // startReady begins a batch when messages wait, no batch is claiming its messages, and fewer than the limit have
 // handlers running. A message never waits when no batch runs; while some run, a batch that is not full waits for
