@@ -123,10 +123,10 @@ func (q *batchQueue) takeAlone() bool {
 }
 
 // batchesAhead is how many batches may have claimed their messages and started their handlers while the batches
-// that WithBatchConcurrency allows run their statements: each holds a transaction, and so a connection, open. With
-// the default concurrency, 4 connections at most, the least pgxpool's default pool has. 7 did no better than 3
-// with 10 ms handlers at 32 and 64 in flight (BenchmarkRouterBatch), within the noise of this machine.
-const batchesAhead = 3
+// that WithBatchConcurrency allows run their statements: each holds a transaction, and so a connection, open. At 8
+// in flight with 10 ms handlers batches hold under 2 messages, and with 3 ahead messages waited to start their
+// work: batch mode ran at 0.86 to 0.90 of per-message mode, against 0.87 to 1.05 with 7 (BenchmarkRouterBatch).
+const batchesAhead = 7
 
 // startReady begins a batch when messages wait, no batch is claiming its messages, and fewer than the limit have
 // handlers running. A message never waits when no batch runs; while some run, a batch that is not full waits for
@@ -134,7 +134,7 @@ const batchesAhead = 3
 //
 // A message thus waits at most for one claim to start its handler: the handler's work before its first statement
 // overlaps the batches before it. Only WithBatchConcurrency batches at a time let their members use the connection
-// (admit, ended); the others wait for their turn, in the order they began. Batches so never acquire row locks at
+// (formed, passTurn); the others wait for their turn, in the order they began. Batches so never acquire row locks at
 // the same time beyond WithBatchConcurrency, and a batch that waits for its turn holds no lock the handlers of a
 // batch before it could want: only its new claim rows, which no handler touches.
 func (q *batchQueue) startReady() {
@@ -267,7 +267,7 @@ type batch struct {
 	// which holds nothing else. A lone message so costs what it costs without batching.
 	solo bool
 
-	ready    chan struct{} // closed when the members may use the connection (admit)
+	ready    chan struct{} // closed when the members may use the connection (formed, passTurn)
 	members  int           // claimed members
 	atTurn   atomic.Int32  // members that wait for the turn, or finished without needing it
 	admitted bool          // ready is closed; guarded by the queue's mu
