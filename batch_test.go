@@ -17,9 +17,8 @@ import (
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
-// runOneBatch delivers one message per ID to h at once, each from its own goroutine, after a blocker message has
-// taken the only batch slot (WithBatchConcurrency(1)); once all of them wait, the blocker ends and they form one
-// batch. It returns each delivery's error, or the value it panicked with, by ID.
+// runOneBatch delivers one message per ID to h at once, each from its own goroutine, while no batch may begin;
+// once all of them wait, they form one batch. It returns each delivery's error, or the value it panicked with, by ID.
 type batchRun struct {
 	errs   map[string]error
 	panics map[string]any
@@ -27,22 +26,8 @@ type batchRun struct {
 
 func runOneBatch(t *testing.T, ib *inbox.Inbox, b *testBundle, h message.HandlerFunc, ids []string) batchRun {
 	t.Helper()
-	release, blocked := make(chan struct{}), make(chan struct{})
-	blocker := uniqueName("blocker")
-	mw := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == blocker {
-			close(blocked)
-			<-release
-			return nil, nil
-		}
-		return h(msg)
-	})
-	blockerDone := make(chan error, 1)
-	go func() {
-		_, err := mw(newMsg(blocker))
-		blockerDone <- err
-	}()
-	<-blocked
+	release := inbox.HoldBatches(ib, "wallet-credits")
+	mw := ib.Middleware(h)
 
 	run := batchRun{errs: map[string]error{}, panics: map[string]any{}}
 	var mu sync.Mutex
@@ -66,8 +51,7 @@ func runOneBatch(t *testing.T, ib *inbox.Inbox, b *testBundle, h message.Handler
 	}
 	require.Eventually(t, func() bool { return inbox.BatchPending(ib, "wallet-credits") == len(ids) },
 		10*time.Second, time.Millisecond, "every message waits for the batch")
-	close(release)
-	require.NoError(t, <-blockerDone)
+	release()
 	wg.Wait()
 	return run
 }
@@ -134,7 +118,7 @@ func TestBatch_AFailingHandlerNacksOnlyItsMessage(t *testing.T) {
 				require.ErrorContains(t, run.errs["evt-13"], "fails after its write")
 			}
 			require.Equal(t, len(ids)-1, b.balance(t), "every effect but the failed one's")
-			require.Equal(t, len(ids)-1+1, b.rows(t, "wallet-credits"), "every claim but the failed one's, and the blocker's")
+			require.Equal(t, len(ids)-1, b.rows(t, "wallet-credits"), "every claim but the failed one's")
 
 			// Its redelivery is no duplicate: it applies, once.
 			var calls atomic.Int64
@@ -180,7 +164,7 @@ func TestBatch_ACommitThatFailsNacksTheWholeBatchAndAppliesNothing(t *testing.T)
 	}
 	require.Len(t, run.errs, 16)
 	require.Equal(t, before, b.balance(t), "nothing of the batch is applied")
-	require.Equal(t, 14+2, b.rows(t, "wallet-credits"), "no claim of the batch stays (beside the first batch's and two blockers')")
+	require.Equal(t, 14, b.rows(t, "wallet-credits"), "no claim of the batch stays (beside the first batch's)")
 }
 
 func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {

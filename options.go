@@ -102,8 +102,10 @@ func WithConsumer(name string) Option {
 // snapshot in the database has to look them up elsewhere, which slows every session, not only the inbox's.
 const MaxBatchSize = 64
 
-// DefaultBatchConcurrency is how many batches of one consumer run at once unless WithBatchConcurrency says
-// otherwise: one, so that batches of one process never wait for one another's row locks. A batch holds the locks
+// DefaultBatchConcurrency is how many batches of one consumer let their handlers use the transaction at once
+// unless WithBatchConcurrency says otherwise: one, so that batches of one process never wait for one another's row
+// locks. (Later batches meanwhile claim their messages and start their handlers, whose first statement waits for
+// the batch's turn; a batch that commits has given its turn up.) A batch holds the locks
 // of every row its handlers wrote until its one commit, and its handlers write in the order they reach the
 // transaction: two batches whose handlers update the same rows (a few hot accounts) deadlock, which PostgreSQL
 // breaks only after deadlock_timeout (1 s), failing one handler. With 100 hot accounts, 4 batches at once ran at
@@ -115,7 +117,8 @@ const DefaultBatchConcurrency = 1
 // maxSize messages (1 to MaxBatchSize). Their IDs are claimed in one statement; each handler runs in a savepoint of
 // its own, so a failing or panicking handler rolls back only its effect and its claim, and only its message is
 // nacked; the batch commits once, and then every other handler call returns and the router acks. A message never
-// waits when no batch is running; while batches run, a new one waits up to maxWait (0 or more) to fill.
+// waits when no batch is running (it then goes alone, as without batching); while batches run, a new one waits up
+// to maxWait (0 or more) to fill, and for the batch before it to claim its messages.
 //
 // The transaction is one connection, so handlers take it one at a time: TxFromContext (and pgxinbox's) waits for
 // it and holds it until the handler returns. Call it when the handler is ready to write, after any slow work
@@ -126,9 +129,12 @@ func WithBatch(maxWait time.Duration, maxSize int) Option {
 	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
 }
 
-// WithBatchConcurrency lets n batches of one consumer run at once instead of DefaultBatchConcurrency (1). Raise it
-// when handlers write rows that concurrent messages rarely share: more batches use more connections (one each) and
-// overlap their round trips, but batches that share rows deadlock (see DefaultBatchConcurrency).
+// WithBatchConcurrency lets the handlers of n batches of one consumer use their transactions at once instead of
+// DefaultBatchConcurrency (1). Raise it when handlers write rows that concurrent messages rarely share: more
+// batches overlap their round trips, but batches that share rows deadlock (see DefaultBatchConcurrency). Up to 7
+// more batches may hold a transaction, and so a connection, open while they wait for their turn: give the pool
+// more than n+7 connections, and more again for what handlers take from it outside the transaction (a handler
+// that waits for a connection the waiting batches hold waits for good; pgxpool's default is 4 on 2 cores).
 func WithBatchConcurrency(n int) Option { return func(c *config) { c.batchRunning = n } }
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").

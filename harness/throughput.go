@@ -73,15 +73,18 @@ type throughputResult struct {
 
 const ceilingName = "ceiling"
 
-// throughputTransports are the transports the measurement runs over: each lets the consumer say how many messages
-// it handles at once. The pgx consumer is a variant here (batch-pgx), not a transport.
+// throughputTransports are the transports the measurement runs over unless told otherwise: each lets the consumer
+// say how many messages it handles at once. The pgx consumer is a variant over them (batch-pgx), not a transport.
 var throughputTransports = []transportKind{kafkaTransport, goChannel, amqpTransport}
+
+// kafka-pgx, on request, is Kafka with every variant's consumer on pgx v5 (the inbox through pgxinbox): per-message
+// and batch mode on the same driver. It reads the kafka transport's topic, under groups of its own.
 
 // validThroughputVariant reports why v cannot run over kind, if it cannot.
 func validThroughputVariant(kind transportKind, v variant) error {
 	switch {
-	case !slices.Contains(throughputTransports, kind):
-		return fmt.Errorf("the throughput measurement runs over %v, not %s", throughputTransports, kind)
+	case !slices.Contains(throughputTransports, kind) && kind != kafkaPgxTransport:
+		return fmt.Errorf("the throughput measurement runs over %v and %s, not %s", throughputTransports, kafkaPgxTransport, kind)
 	case v == afterDBSync && kind != kafkaTransport:
 		return fmt.Errorf("%s commits Kafka offsets on every ack: it runs over kafka only", v)
 	case v == atMostOnce:
@@ -216,9 +219,14 @@ func (g throughputGroup) runOf(kind transportKind, v variant) string {
 func publishGroup(ctx context.Context, e *env, c throughputConfig, g *throughputGroup) error {
 	rnd := rand.New(rand.NewPCG(c.Seed+uint64(g.round), uint64(g.inFlight)))
 	msgs := throughputMessages(g.n, e.accounts, rnd)
+	kafkaDone := false
 	for _, kind := range c.Transports {
 		switch kind {
-		case kafkaTransport:
+		case kafkaTransport, kafkaPgxTransport:
+			if kafkaDone {
+				continue // both read the one topic
+			}
+			kafkaDone = true
 			if err := e.br.createTopic(g.name, g.inFlight); err != nil {
 				return err
 			}
@@ -255,8 +263,8 @@ func publishGroup(ctx context.Context, e *env, c throughputConfig, g *throughput
 func removeGroup(ctx context.Context, e *env, c throughputConfig, g throughputGroup) {
 	for _, kind := range c.Transports {
 		switch kind {
-		case kafkaTransport:
-			e.br.deleteTopic(g.name)
+		case kafkaTransport, kafkaPgxTransport:
+			e.br.deleteTopic(g.name) // once is enough; again finds nothing
 		case amqpTransport:
 			a := c.transports[kind].(*amqpMatrix)
 			for _, v := range c.Variants {
@@ -285,7 +293,7 @@ func (e *env) measure(ctx context.Context, c throughputConfig, g throughputGroup
 	cc := transportConsumerConfig{Transport: m.kind, Addr: c.transports[m.kind].addr(), Variant: m.v, Run: run, Name: run,
 		DSN: e.dsn, Sleep: g.sleep, Pool: c.pool(g.inFlight), Expect: g.n, InFlight: g.inFlight, Batch: c.Batch}
 	switch m.kind {
-	case kafkaTransport:
+	case kafkaTransport, kafkaPgxTransport:
 		cc.Topic = g.name
 	case goChannel:
 		cc.Messages = g.file

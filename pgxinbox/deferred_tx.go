@@ -48,13 +48,27 @@ type deferredTx struct {
 
 	savepoints int64 // savepoints made so far, for their names
 
-	// The first statement's batch and row, kept here because a transaction sends one first statement: no
-	// allocation of their own.
+	// A statement held back to go with the next one (deferExec), and what became of it.
+	deferredSQL string
+	deferred    deferredState
+	deferredErr error
+
+	// The batch of a statement that carries BEGIN or a held-back statement, and its row, kept here so that they
+	// need no allocation of their own: the connection sends one such batch at a time.
 	batch  pgx.Batch
-	queued [2]pgx.QueuedQuery
-	queue  [2]*pgx.QueuedQuery
+	queued [3]pgx.QueuedQuery
+	queue  [3]*pgx.QueuedQuery
 	first  firstRow
 }
+
+// deferredState is where a held-back statement is.
+type deferredState uint8
+
+const (
+	noDeferred     deferredState = iota
+	deferredQueued               // waiting for the next statement
+	deferredRan                  // sent; deferredErr is the server's answer
+)
 
 type txState uint8
 
@@ -120,18 +134,54 @@ func (t *deferredTx) usable() error {
 	return nil
 }
 
-// ensureBegun sends BEGIN on its own, for a first statement that cannot carry it.
+// ensureBegun sends BEGIN, then a held-back statement, each on its own, for a statement that cannot carry them.
 func (t *deferredTx) ensureBegun(ctx context.Context) error {
-	if err := t.usable(); err != nil || t.state == begun {
+	if err := t.usable(); err != nil {
 		return err
 	}
-	if _, err := t.conn.Exec(ctx, t.begin); err != nil {
-		// As pgx.Conn.BeginTx: a failed BEGIN leaves the connection in doubt, so it is not reused.
-		closeNow(t.conn)
+	if t.state == pending {
+		if _, err := t.conn.Exec(ctx, t.begin); err != nil {
+			// As pgx.Conn.BeginTx: a failed BEGIN leaves the connection in doubt, so it is not reused.
+			closeNow(t.conn)
+			return err
+		}
+		t.state = begun
+	}
+	if t.deferred == deferredQueued {
+		_, err := t.conn.Exec(ctx, t.deferredSQL)
+		t.ran(err)
 		return err
 	}
-	t.state = begun
 	return nil
+}
+
+// leads reports whether the next statement must carry others: BEGIN, or a held-back statement.
+func (t *deferredTx) leads() bool {
+	return t.state == pending || (t.state == begun && t.deferred == deferredQueued)
+}
+
+// deferExec holds query, a statement without arguments whose answer nobody waits for, back until the
+// transaction's next statement, and sends it in one batch with that one: a savepoint costs no round trip of its
+// own, and none at all when no statement follows. A statement that cannot carry it (one without arguments:
+// see carriesBegin) sends it on its own first. endDeferred says what became of it.
+func (t *deferredTx) deferExec(query string) {
+	t.deferredSQL, t.deferred, t.deferredErr = query, deferredQueued, nil
+}
+
+// endDeferred reports whether the statement deferExec held back ran and, if it did, the server's answer to it; one
+// that is still held back is dropped, as if it had never been asked for.
+func (t *deferredTx) endDeferred() (ran bool, err error) {
+	ran, err = t.deferred == deferredRan, t.deferredErr
+	t.deferredSQL, t.deferred, t.deferredErr = "", noDeferred, nil
+	return ran, err
+}
+
+// ran records the answer to the held-back statement. One that never reached the server (pgx refused the batch's
+// arguments before it wrote anything) stays held back; a broken connection fails whatever comes next anyway.
+func (t *deferredTx) ran(err error) {
+	if pgErr := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pgErr) {
+		t.deferred, t.deferredErr = deferredRan, err
+	}
 }
 
 // carriesBegin reports whether a first statement with args can go in one batch with BEGIN: it needs arguments
@@ -147,13 +197,46 @@ func carriesBegin(args []any) bool {
 	return true
 }
 
-// withBegin returns the batch of BEGIN and the first statement.
-func (t *deferredTx) withBegin(sql string, args []any) *pgx.Batch {
-	t.queued[0] = pgx.QueuedQuery{SQL: t.begin}
-	t.queued[1] = pgx.QueuedQuery{SQL: sql, Arguments: args}
-	t.queue = [2]*pgx.QueuedQuery{&t.queued[0], &t.queued[1]}
-	t.batch.QueuedQueries = t.queue[:]
+// withLead returns the batch of the statements the next one carries (BEGIN, a held-back statement) and that one.
+func (t *deferredTx) withLead(sql string, args []any) *pgx.Batch {
+	n := 0
+	if t.state == pending {
+		t.queued[n] = pgx.QueuedQuery{SQL: t.begin}
+		n++
+	}
+	if t.deferred == deferredQueued {
+		t.queued[n] = pgx.QueuedQuery{SQL: t.deferredSQL}
+		n++
+	}
+	t.queued[n] = pgx.QueuedQuery{SQL: sql, Arguments: args}
+	for k := range n + 1 {
+		t.queue[k] = &t.queued[k]
+	}
+	t.batch.QueuedQueries = t.queue[:n+1]
 	return &t.batch
+}
+
+// readLead reads the answers to what withLead put before the statement, and returns the first error. A BEGIN's
+// outcome is recorded by sent, once the batch is closed.
+func (t *deferredTx) readLead(br pgx.BatchResults) error {
+	if t.state == pending {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	if t.deferred == deferredQueued {
+		_, err := br.Exec()
+		t.ran(err)
+		return err
+	}
+	return nil
+}
+
+// send sends the statement with what it carries, and reads the answers to those; the statement's are next in br.
+func (t *deferredTx) send(ctx context.Context, sql string, args []any) (br pgx.BatchResults, beginning bool, err error) {
+	beginning = t.state == pending
+	br = t.conn.SendBatch(ctx, t.withLead(sql, args))
+	return br, beginning, t.readLead(br)
 }
 
 // sent records what the first statement's batch did, from the server's own transaction status: BEGIN ran
@@ -171,11 +254,10 @@ func (t *deferredTx) sent(err error) {
 	}
 }
 
-// Exec runs sql in the transaction; the first statement carries BEGIN.
+// Exec runs sql in the transaction, carrying BEGIN or a held-back statement if they wait.
 func (t *deferredTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.state == pending && carriesBegin(args) {
-		br := t.conn.SendBatch(ctx, t.withBegin(sql, args))
-		_, err := br.Exec()
+	if t.leads() && carriesBegin(args) {
+		br, beginning, err := t.send(ctx, sql, args)
 		var tag pgconn.CommandTag
 		if err == nil {
 			tag, err = br.Exec()
@@ -183,7 +265,9 @@ func (t *deferredTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
-		t.sent(err)
+		if beginning {
+			t.sent(err)
+		}
 		return tag, err
 	}
 	if err := t.ensureBegun(ctx); err != nil {
@@ -192,17 +276,24 @@ func (t *deferredTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 	return t.conn.Exec(ctx, sql, args...)
 }
 
-// QueryRow runs sql in the transaction; the first statement carries BEGIN, and its row is read when scanned.
+// QueryRow runs sql in the transaction, carrying BEGIN or a held-back statement if they wait; its row is then read
+// when scanned.
 func (t *deferredTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.state == pending && carriesBegin(args) {
-		br := t.conn.SendBatch(ctx, t.withBegin(sql, args))
-		if _, err := br.Exec(); err != nil {
+	if t.leads() && carriesBegin(args) {
+		br, beginning, err := t.send(ctx, sql, args)
+		if err != nil {
 			_ = br.Close() // reports err again
-			t.sent(err)
+			if beginning {
+				t.sent(err)
+			}
 			return errRow{err}
 		}
-		t.first = firstRow{t: t, br: br, row: br.QueryRow()}
-		return &t.first
+		first := &t.first
+		if first.br != nil {
+			first = new(firstRow) // the last one was never scanned
+		}
+		*first = firstRow{t: t, br: br, row: br.QueryRow(), beginning: beginning}
+		return first
 	}
 	if err := t.ensureBegun(ctx); err != nil {
 		return errRow{err}
@@ -210,11 +301,12 @@ func (t *deferredTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 	return t.conn.QueryRow(ctx, sql, args...)
 }
 
-// firstRow is the row of a first statement sent with BEGIN: scanning it ends the batch.
+// firstRow is the row of a statement sent with BEGIN or a held-back statement: scanning it ends the batch.
 type firstRow struct {
-	t   *deferredTx
-	br  pgx.BatchResults
-	row pgx.Row
+	t         *deferredTx
+	br        pgx.BatchResults
+	row       pgx.Row
+	beginning bool // the batch carried BEGIN
 }
 
 func (r *firstRow) Scan(dest ...any) error {
@@ -222,7 +314,10 @@ func (r *firstRow) Scan(dest ...any) error {
 	if cerr := r.br.Close(); err == nil {
 		err = cerr
 	}
-	r.t.sent(err)
+	if r.beginning {
+		r.t.sent(err)
+	}
+	r.br, r.row = nil, nil
 	return err
 }
 
@@ -230,13 +325,69 @@ type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
 
-// Query runs sql in the transaction, after BEGIN if it is the first statement. As pgx's, it returns rows even
-// with an error, which they report too, so that pgx.CollectRows(tx.Query(...)) works either way.
+// Query runs sql in the transaction, carrying BEGIN or a held-back statement if they wait. As pgx's, it returns
+// rows even with an error, which they report too, so that pgx.CollectRows(tx.Query(...)) works either way.
 func (t *deferredTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.leads() && carriesBegin(args) {
+		br, beginning, err := t.send(ctx, sql, args)
+		if err != nil {
+			_ = br.Close()
+			if beginning {
+				t.sent(err)
+			}
+			return errRows{t.conn, err}, err
+		}
+		rows, err := br.Query()
+		r := &batchRows{Rows: rows, t: t, br: br, beginning: beginning}
+		if err != nil {
+			r.Close() // as pgx's rows of a query that failed: already closed, the connection free
+		}
+		return r, err
+	}
 	if err := t.ensureBegun(ctx); err != nil {
 		return errRows{t.conn, err}, err
 	}
 	return t.conn.Query(ctx, sql, args...)
+}
+
+// batchRows is the rows of a query sent with BEGIN or a held-back statement: closing them ends the batch.
+type batchRows struct {
+	pgx.Rows
+	t         *deferredTx
+	br        pgx.BatchResults
+	beginning bool
+	closed    bool
+	err       error // the batch's, when the rows had none
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close() // as pgx's rows close themselves at the end
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	err := r.Rows.Err()
+	if cerr := r.br.Close(); err == nil && cerr != nil {
+		err, r.err = cerr, cerr
+	}
+	if r.beginning {
+		r.t.sent(err)
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 // SendBatch sends b in the transaction, after BEGIN if it is the first use.
@@ -327,9 +478,10 @@ func (t *deferredTx) Rollback(ctx context.Context) error {
 
 func (t *deferredTx) end() {
 	t.state = closed
+	t.deferredSQL, t.deferred, t.deferredErr = "", noDeferred, nil
 	t.first = firstRow{}
 	t.batch.QueuedQueries = nil
-	t.queued = [2]pgx.QueuedQuery{}
+	t.queued = [3]pgx.QueuedQuery{}
 	if t.pooled != nil {
 		t.pooled.Release() // the pool closes a connection left busy, closed or in a transaction
 		t.pooled = nil

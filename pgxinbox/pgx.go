@@ -122,6 +122,13 @@ func (t *deferredView) Commit(ctx context.Context) error   { return txDone(t.tx(
 func (t *deferredView) Rollback(ctx context.Context) error { return txDone(t.tx().Rollback(ctx)) }
 func (t *deferredView) Native() any                        { return t.tx() }
 
+// DeferExec holds query back until the transaction's next statement, to go in one round trip with it: the inbox
+// sets a batch member's savepoint so (see deferredTx.deferExec).
+func (t *deferredView) DeferExec(query string) { t.tx().deferExec(query) }
+
+// EndDeferred reports whether the statement DeferExec held back ran, and how; one still held back is dropped.
+func (t *deferredView) EndDeferred() (ran bool, err error) { return t.tx().endDeferred() }
+
 // firstRowView is the inbox's view of the row of a transaction's first statement.
 type firstRowView firstRow
 

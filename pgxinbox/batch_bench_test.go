@@ -1,0 +1,165 @@
+package pgxinbox_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jackc/pgx/v5"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
+)
+
+// BenchmarkRouterBatch runs messages through a real Watermill router, over a GoChannel, into a handler whose
+// effect is one UPDATE on pgxinbox's pgx.Tx, with the inbox per message (mode=message) and in batch mode
+// (mode=batch, WithBatch(0, MaxBatchSize) and the default concurrency), at 1 to 64 messages in flight, with
+// zero-work handlers and handlers that sleep 10 ms before their statement. A GoChannel topic has one message in
+// flight (its publisher waits for the ack), so n in flight are n topics, each with its router handler and its
+// publishing goroutine; the handlers share one inbox, so batch mode sees all n. The updates spread over 100,000
+// accounts: messages in flight seldom share a row.
+//
+// Besides msgs/s it reports rt/msg (round trips per message, counted on the sockets), cpu-µs/msg (the process's
+// CPU time per message: router, GoChannel and inbox) and msgs/commit (messages per claiming transaction, read from
+// the inbox rows' xmin). The two modes of one row run back to back; read their ratio, and repeat whole runs:
+//
+//	for i in 1 2 3; do go test -run '^$' -bench RouterBatch -benchtime 3000x .; done | tee batch.txt
+//	benchstat -col /mode batch.txt
+func BenchmarkRouterBatch(b *testing.B) {
+	var trips tripCounter
+	pool := openCountingPoolWith(b, &trips, pgx.QueryExecModeCacheStatement, nil)
+	bundle := newBundleOn(b, pool)
+	ctx := context.Background()
+	const accounts = 100_000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
+		b.Fatal(err)
+	}
+	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	var runs atomic.Int64
+	for _, inFlight := range []int{1, 8, 32, 64} {
+		for _, sleep := range []time.Duration{0, 10 * time.Millisecond} {
+			for _, mode := range []string{"message", "batch"} {
+				name := fmt.Sprintf("inflight=%d/work=%s/mode=%s", inFlight, sleepName(sleep), mode)
+				b.Run(name, func(b *testing.B) {
+					opts := []inbox.Option{inbox.WithTable(bundle.table),
+						inbox.WithConsumer(fmt.Sprintf("bench-%s-%d", mode, runs.Add(1)))}
+					if mode == "batch" {
+						opts = append(opts, inbox.WithBatch(0, inbox.MaxBatchSize))
+					}
+					ib, err := pgxinbox.New(pool, opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					routeInFlight(b, &trips, pool, bundle.table, ib, inFlight, func(msg *message.Message) error {
+						if sleep > 0 {
+							time.Sleep(sleep)
+						}
+						tx, ok := pgxinbox.TxFromContext(msg.Context())
+						if !ok {
+							return fmt.Errorf("no pgx transaction in the handler's context")
+						}
+						n, _ := strconv.Atoi(msg.Metadata.Get("n"))
+						_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
+						return err
+					})
+				})
+			}
+		}
+	}
+}
+
+func sleepName(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
+}
+
+// routeInFlight publishes b.N messages to a router of inFlight handlers behind ib, one GoChannel topic each, and
+// reports the rate from the first publish to the last ack.
+func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, table string, ib *inbox.Inbox, inFlight int, handle func(msg *message.Message) error) {
+	b.ReportAllocs()
+	logger := watermill.NopLogger{}
+	ch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Minute}, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var failed atomic.Int64
+	prefix := fmt.Sprintf("r%d-%d-", time.Now().UnixNano(), b.N)
+	for t := range inFlight {
+		h := router.AddConsumerHandler("h"+strconv.Itoa(t), "t"+strconv.Itoa(t), ch, func(msg *message.Message) error {
+			if err := handle(msg); err != nil {
+				if failed.Add(1) == 1 {
+					b.Error(err)
+				}
+				return err
+			}
+			return nil
+		})
+		h.AddMiddleware(ib.Middleware)
+	}
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+	defer router.Close()
+
+	publish := func(from, to int) {
+		var wg sync.WaitGroup
+		for t := range inFlight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := from + t; i < to; i += inFlight {
+					id := prefix + strconv.Itoa(i)
+					msg := message.NewMessage(id, nil)
+					msg.Metadata.Set(inbox.DefaultIDMetadataKey, id)
+					msg.Metadata.Set("n", strconv.Itoa(i))
+					if err := ch.Publish("t"+strconv.Itoa(t), msg); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	// One message per handler before the clock starts: the pool's connections open and prepare the statements.
+	publish(-inFlight, 0)
+	if failed.Load() > 0 {
+		b.FailNow()
+	}
+	trips.reset()
+	b.ResetTimer()
+	cpu0, cpuKnown := processCPU()
+	start := time.Now()
+	publish(0, b.N)
+	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
+	b.StopTimer()
+	if failed.Load() > 0 {
+		b.Fatalf("%d handler calls failed", failed.Load())
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "rt/msg")
+	b.ReportMetric(float64(trips.waitedTotal().Microseconds())/float64(b.N), "wait-µs/msg")
+	if cpuKnown {
+		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+	}
+	var commits int
+	if err := pool.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM `+table+
+		` WHERE message_id::text LIKE $1 || '%' AND message_id::text NOT LIKE $1 || '-%'`, prefix).Scan(&commits); err != nil {
+		b.Fatal(err)
+	}
+	if commits > 0 {
+		b.ReportMetric(float64(b.N)/float64(commits), "msgs/commit")
+	}
+}
