@@ -128,6 +128,18 @@ func (q *batchQueue) takeAlone() bool {
 // work: batch mode ran at 0.86 to 0.90 of per-message mode, against 0.87 to 1.05 with 7 (BenchmarkRouterBatch).
 const batchesAhead = 7
 
+// batchesAhead is batchesAhead, or fewer on a pool whose limit of connections the adapter tells (database/sql's
+// SetMaxOpenConns, pgxpool's MaxConns): the batches that run and wait then leave at least two connections free.
+// A batch waiting for its turn holds a connection until the batches before it commit, and a handler of those that
+// takes a connection from the pool outside the transaction would otherwise wait for one of them for good.
+func (i *Inbox) batchesAhead() int {
+	limited, ok := i.db.pool.(interface{ MaxConns() int })
+	if !ok || limited.MaxConns() <= 0 {
+		return batchesAhead
+	}
+	return min(batchesAhead, max(0, limited.MaxConns()-i.cfg.batchRunning-2))
+}
+
 // startReady begins a batch when messages wait, no batch is claiming its messages, and fewer than the limit have
 // handlers running. A message never waits when no batch runs; while some run, a batch that is not full waits for
 // the batch wait to pass. Called with mu held.
@@ -139,7 +151,7 @@ const batchesAhead = 7
 // batch before it could want: only its new claim rows, which no handler touches.
 func (q *batchQueue) startReady() {
 	size, wait := q.i.cfg.batchSize, q.i.cfg.batchWait
-	for len(q.pending) > 0 && !q.forming && !q.held && q.running < q.i.cfg.batchRunning+batchesAhead && !q.stalled() {
+	for len(q.pending) > 0 && !q.forming && !q.held && q.running < q.i.cfg.batchRunning+q.i.batchesAhead() && !q.stalled() {
 		if q.running > 0 && len(q.pending) < size && wait > 0 && !q.waited {
 			if q.timer == nil {
 				q.timerN++

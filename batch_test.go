@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -357,4 +358,37 @@ func TestBatch_ALoneMessageThatFailsLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, b.balance(t))
 	require.EqualValues(t, 3, calls.Load())
+}
+
+func TestBatch_HandlersThatTakeAPoolConnectionBesideTheirTransactionNeverStarveOnASmallPool(t *testing.T) {
+	t.Parallel()
+	// Batches that wait for their turn hold a transaction open. On a pool of 4 they must leave connections for
+	// handlers that read through the pool outside their transaction; if the batches held all 4, the running
+	// batch's handlers would wait for a connection that only their own commit could free.
+	ib, b := setup(t, inbox.WithBatch(time.Millisecond, 4))
+	b.db.SetMaxOpenConns(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		time.Sleep(20 * time.Millisecond)
+		var one int
+		if err := b.db.QueryRowContext(msg.Context(), `SELECT 1`).Scan(&one); err != nil {
+			return nil, err
+		}
+		return b.credit(1, nil)(msg)
+	})
+	const n = 32
+	errs := make(chan error, n)
+	for k := range n {
+		go func() {
+			msg := newMsg(fmt.Sprintf("evt-%d", k))
+			msg.SetContext(ctx)
+			_, err := h(msg)
+			errs <- err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, n, b.balance(t))
 }

@@ -132,9 +132,10 @@ func WithBatch(maxWait time.Duration, maxSize int) Option {
 // WithBatchConcurrency lets the handlers of n batches of one consumer use their transactions at once instead of
 // DefaultBatchConcurrency (1). Raise it when handlers write rows that concurrent messages rarely share: more
 // batches overlap their round trips, but batches that share rows deadlock (see DefaultBatchConcurrency). Up to 7
-// more batches may hold a transaction, and so a connection, open while they wait for their turn: give the pool
-// more than n+7 connections, and more again for what handlers take from it outside the transaction (a handler
-// that waits for a connection the waiting batches hold waits for good; pgxpool's default is 4 on 2 cores).
+// more batches may hold a transaction, and so a connection, open while they wait for their turn, and run faster
+// for it with short handlers: a pool of more than n+7 connections lets them. On a pool whose limit the inbox can
+// read (database/sql's SetMaxOpenConns, a *pgxpool.Pool's MaxConns) fewer wait, so that two connections stay free
+// for what handlers take from the pool outside their transaction; on any other pool, give it n+9 or more.
 func WithBatchConcurrency(n int) Option { return func(c *config) { c.batchRunning = n } }
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").

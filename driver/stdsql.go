@@ -15,6 +15,9 @@ func StdSQLTx(tx *sql.Tx) Tx { return stdTx{tx} }
 
 type stdPool struct{ db *sql.DB }
 
+// MaxConns is db's limit of open connections, 0 for none (SetMaxOpenConns).
+func (p stdPool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
+
 func (p stdPool) Begin(ctx context.Context, opts TxOptions) (Tx, error) {
 	o := &sql.TxOptions{ReadOnly: opts.ReadOnly}
 	if opts.ReadCommitted {

@@ -30,6 +30,14 @@ func Tx(tx pgx.Tx) driver.Tx { return pgxTx{tx} }
 
 type pool struct{ b Beginner }
 
+// MaxConns is the pool's limit of connections, for a *pgxpool.Pool; 0 (unknown) for anything else.
+func (p pool) MaxConns() int {
+	if pp, ok := p.b.(*pgxpool.Pool); ok {
+		return int(pp.Config().MaxConns)
+	}
+	return 0
+}
+
 // acquirer is what a pool of connections offers: *pgxpool.Pool.
 type acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
