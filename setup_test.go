@@ -152,9 +152,8 @@ func newBundle(t testing.TB) *testBundle {
 	_, err = b.db.ExecContext(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		for _, tbl := range []string{b.accounts, b.table + "_produced", b.table, b.table + "_locks", b.table + "_migrations", b.table + "_consumers"} {
-			_, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + tbl + ` CASCADE`)
-		}
+		_, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + b.accounts)
+		dropInboxTables(b.db, b.table) // its guard function too
 	})
 	return b
 }
