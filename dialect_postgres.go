@@ -900,10 +900,17 @@ const (
 	// The table's kind and the database's clock, in one round trip.
 	partitionKindSQL = `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false), now()`
 
-	// Each partition and its bounds as PostgreSQL spells them: DEFAULT, or FOR VALUES FROM ('...') TO ('...').
+	// Each partition and its bounds as PostgreSQL spells them: DEFAULT, or FOR VALUES FROM ('...') TO ('...'); and,
+	// with the bound DETACHED, the tables named as the inbox names its partitions ($2, a LIKE pattern) in the
+	// table's schema that are no partition: detached by a pass that stopped before it dropped them.
 	partitionsSQL = `SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = to_regclass($1) ORDER BY 1`
+		WHERE i.inhparent = to_regclass($1)
+		UNION ALL
+		SELECT c.relname::text, 'DETACHED' FROM pg_class c
+		WHERE c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass($1))
+			AND c.relkind = 'r' AND NOT c.relispartition AND c.relname LIKE $2
+		ORDER BY 1`
 
 	// DDL waits at most this long for its locks, and the Cleaner tries again next round: creating a partition
 	// locks the default partition, and dropping one the whole table, and every claim that arrives meanwhile
@@ -942,13 +949,16 @@ func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table strin
 	if err := tx.QueryRow(ctx, partitionKindSQL, quoteIdent(table)).Scan(&l.Partitioned, &l.Now); err != nil || !l.Partitioned {
 		return l, err
 	}
-	err = dialect.ScanRows(ctx, tx, partitionsSQL, []any{quoteIdent(table)}, func(r driver.Rows) error {
+	pattern := strings.ReplaceAll(table, "_", `\_`) + `\_p________t____`
+	err = dialect.ScanRows(ctx, tx, partitionsSQL, []any{quoteIdent(table), pattern}, func(r driver.Rows) error {
 		var name, bound string
 		if err := r.Scan(&name, &bound); err != nil {
 			return err
 		}
 		if bound == "DEFAULT" {
 			l.Default = name
+		} else if bound == "DETACHED" {
+			l.Detached = append(l.Detached, name)
 		} else if m := partitionRange.FindStringSubmatch(bound); m != nil {
 			l.Ranges = append(l.Ranges, dialect.PartitionParams{Table: table, Name: name, From: m[1], To: m[2]})
 		}
@@ -985,18 +995,23 @@ func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dial
 	return execAll(ctx, tx, stmts)
 }
 
-// DropPartition deletes the produced messages of the range (the produced table is not partitioned), then detaches
-// and drops the partition: an instant's exclusive lock on the table, once its lock_timeout lets it through.
-// DETACH ... CONCURRENTLY would not lock the table, but PostgreSQL refuses it while a default partition exists.
-func (*postgres) DropPartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
+// DetachPartition deletes the produced messages of the range (the produced table is not partitioned), then detaches
+// the partition: the table's exclusive lock, held for an instant and released at this transaction's commit, before
+// the partition's files are dropped. DETACH ... CONCURRENTLY would not lock the table at all, but PostgreSQL refuses
+// it while a default partition exists.
+func (*postgres) DetachPartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
 	if !partitionBound.MatchString(p.From) || !partitionBound.MatchString(p.To) {
 		return fmt.Errorf("inbox: partition %s: bounds %q and %q are not UUIDs", p.Name, p.From, p.To)
 	}
 	return execAll(ctx, tx, []string{partitionLockTimeout,
 		`DELETE FROM ` + quoteIdent(p.Table+"_produced") + ` WHERE message_id >= '` + p.From + `' AND message_id < '` + p.To + `'`,
 		`ALTER TABLE ` + quoteIdent(p.Table) + ` DETACH PARTITION ` + quoteIdent(p.Name),
-		`DROP TABLE ` + quoteIdent(p.Name),
 	})
+}
+
+// DropPartition drops a partition DetachPartition detached, which no claim reaches any more.
+func (*postgres) DropPartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
+	return execAll(ctx, tx, []string{partitionLockTimeout, `DROP TABLE IF EXISTS ` + quoteIdent(p.Name)})
 }
 
 func execAll(ctx context.Context, tx driver.Executor, stmts []string) error {

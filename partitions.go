@@ -158,13 +158,34 @@ func maintainPartitions(ctx context.Context, pool driver.Pool, d dialect.Dialect
 		}
 		res.created++
 	}
-	for _, p := range drop {
+	// Every expired partition is detached in one transaction: claims wait once for the table's lock, however many
+	// partitions a round finds expired. The files are dropped afterwards, each without that lock.
+	if len(drop) > 0 {
+		err := run(func(tx driver.Tx) error {
+			for _, p := range drop {
+				if err := pt.DetachPartition(ctx, tx, p); err != nil {
+					return fmt.Errorf("inbox: detach partition %s: %w", p.Name, err)
+				}
+			}
+			return nil
+		})
+		if !busy(d, c, err, "detach", drop[0]) {
+			if err != nil {
+				return res, err
+			}
+			for _, p := range drop {
+				l.Detached = append(l.Detached, p.Name)
+			}
+		}
+	}
+	for _, name := range l.Detached {
+		p := dialect.PartitionParams{Table: c.table, Name: name}
 		err := run(func(tx driver.Tx) error { return pt.DropPartition(ctx, tx, p) })
 		if busy(d, c, err, "drop", p) {
 			continue
 		}
 		if err != nil {
-			return res, fmt.Errorf("inbox: drop partition %s: %w", p.Name, err)
+			return res, fmt.Errorf("inbox: drop detached partition %s: %w", name, err)
 		}
 		res.dropped++
 	}

@@ -261,3 +261,25 @@ func inShortTxForTest(ctx context.Context, pool driver.Pool, f func(driver.Tx) e
 	}
 	return tx.Commit(ctx)
 }
+
+func TestPartitions_APartitionLeftDetachedIsDroppedByTheNextRound(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	table, opts := partitioned(t, db)
+	// A round detaches expired partitions in one transaction and drops them in others; one that stopped in
+	// between leaves a detached table under the inbox's name for partitions, which no listing of partitions shows.
+	from := inbox.PeriodStart(time.Now().Add(-10*time.Hour), time.Hour)
+	left := inbox.PartitionName(table, from)
+	_, err := db.Exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+		left, table, inbox.UUID7Floor(from), inbox.UUID7Floor(from.Add(time.Hour))))
+	require.NoError(t, err)
+	_, err = db.Exec(`ALTER TABLE ` + table + ` DETACH PARTITION ` + left)
+	require.NoError(t, err)
+
+	res, err := inbox.Cleanup(context.Background(), db, inbox.CleanupParams{}, opts...)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.PartitionsDropped)
+	var exists bool
+	require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, left).Scan(&exists))
+	require.False(t, exists)
+}

@@ -138,7 +138,10 @@ type Partitioner interface {
 	// CreatePartition creates the partition Name for IDs From to To, moving the rows of that range out of the
 	// default partition in the same transaction.
 	CreatePartition(ctx context.Context, tx driver.Executor, p PartitionParams) error
-	// DropPartition drops the partition Name, with the produced messages of its range.
+	// DetachPartition detaches the partition Name from the table, with the produced messages of its range: the
+	// table's lock is held only for that. DropPartition drops the detached table afterwards, in a transaction of
+	// its own that locks no more than it.
+	DetachPartition(ctx context.Context, tx driver.Executor, p PartitionParams) error
 	DropPartition(ctx context.Context, tx driver.Executor, p PartitionParams) error
 }
 
@@ -150,6 +153,8 @@ type PartitionList struct {
 	Default string
 	// Ranges are the partitions of one range of IDs each, in order of name.
 	Ranges []PartitionParams
+	// Detached names the inbox's partitions that were detached and not dropped (a pass stopped between the two).
+	Detached []string
 	// Now is the database's clock.
 	Now time.Time
 }
