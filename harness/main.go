@@ -30,8 +30,10 @@ Commands:
               SIGKILLed --kills times per run, each after 1 to 8 seconds (seeded, the same for every variant) of
               work; a last consumer drains the topic. Counts duplicate credits and lost events per run for
               at-most-once (InstantAck), after-db (ack after the database commit, offsets auto-committed every
-              second), after-db-sync (offset committed on every ack), inbox, and batch (the inbox in batch mode,
-              WithBatch: the messages in flight share one transaction).
+              second), after-db-sync (offset committed on every ack), inbox, batch (the inbox in batch mode,
+              WithBatch: the messages in flight share one transaction), and inbox-partitioned (the inbox on a
+              table of managed partitions, one an hour, WithPartitions, with UUIDv7 event IDs; not run unless
+              --variants names it).
   zombie      Three consumers; one message in --stall-every stalls, the first time it is handled, longer than
               the rebalance timeout. A member joins the group when a stall begins, as in a deploy, so a rebalance
               runs while the handler holds its message; the broker evicts the stalled member, its partitions move,
