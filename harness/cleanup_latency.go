@@ -39,6 +39,8 @@ type latencyConfig struct {
 	Measure time.Duration
 	// Batch is the cleanup's CleanupParams.BatchSize. inbox.DefaultCleanupBatch by default.
 	Batch int
+	// Pause is the cleanup's CleanupParams.Pause, the wait after each batch that deleted rows. None by default.
+	Pause time.Duration
 	// Scenarios are the keys of the scenarios to measure, in the order of latencyScenarios.
 	Scenarios []string
 }
@@ -115,7 +117,7 @@ func batchedDeleteScenario(ctx context.Context, b *latencyBench, _ time.Duration
 		return latencySample{}, err
 	}
 	s, err := b.measure(ctx, table, 0, func(ctx context.Context) (latencyRemoval, error) {
-		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch}, inbox.WithTable(table))
+		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, inbox.WithTable(table))
 		return latencyRemoval{Rows: res.Deleted, Took: res.Took, Batches: res.Batches}, err
 	})
 	if err == nil && s.Removed != int64(b.cfg.Rows) {
@@ -136,7 +138,7 @@ func partitionDropScenario(ctx context.Context, b *latencyBench, _ time.Duration
 	}
 	var dropped int
 	s, err := b.measure(ctx, table, 0, func(ctx context.Context) (latencyRemoval, error) {
-		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch}, latencyPartitionOptions(table)...)
+		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, latencyPartitionOptions(table)...)
 		dropped = res.PartitionsDropped
 		// The rows of a dropped partition are not in Deleted: they are the rows the partitions held.
 		rows := int64(0)
@@ -654,9 +656,9 @@ func runCleanupLatency(ctx context.Context, c latencyConfig, progress io.Writer)
 		return nil, err
 	}
 	defer b.close()
-	b.logf("%d runs, %d claimers, %s expired rows, growth %s to %s rows, cleanup batches of %s",
+	b.logf("%d runs, %d claimers, %s expired rows, growth %s to %s rows, cleanup batches of %s, pause %s",
 		c.Runs, c.Claimers, thousands(float64(c.Rows)), thousands(float64(c.SmallRows)), thousands(float64(c.GrowthRows)),
-		thousands(float64(c.Batch)))
+		thousands(float64(c.Batch)), c.Pause)
 	var out []latencySample
 	for run := 1; run <= c.Runs; run++ {
 		took := map[string]time.Duration{}
@@ -754,6 +756,7 @@ func parseCleanupLatency(args []string, out io.Writer) (latencyConfig, error) {
 	fs.IntVar(&c.Runs, "runs", latencyLong.Runs, "runs of every scenario; the table shows medians")
 	fs.DurationVar(&c.Measure, "measure", latencyLong.Measure, "how long the scenarios without a cleanup measure claims")
 	fs.IntVar(&c.Batch, "batch", inbox.DefaultCleanupBatch, "the cleanup's batch size (inbox.CleanupParams.BatchSize)")
+	fs.DurationVar(&c.Pause, "pause", 0, "the cleanup's wait after each batch that deleted rows (inbox.CleanupParams.Pause)")
 	scenarios := fs.String("scenarios", strings.Join(latencyScenarioKeys, ","), "scenarios to measure, comma-separated")
 	short := fs.Bool("short", false, fmt.Sprintf("the short form: %s expired rows, growth to %s rows, %d run, %s measurements "+
 		"(flags given as well win)", thousands(float64(latencyShort.Rows)), thousands(float64(latencyShort.GrowthRows)),
@@ -796,6 +799,8 @@ func parseCleanupLatency(args []string, out io.Writer) (latencyConfig, error) {
 		return c, errors.New("cleanup-latency: --measure must be positive")
 	case c.Batch < 1 || c.Batch > inbox.MaxCleanupBatch:
 		return c, fmt.Errorf("cleanup-latency: --batch must be 1 to %d", inbox.MaxCleanupBatch)
+	case c.Pause < 0:
+		return c, errors.New("cleanup-latency: --pause must not be negative")
 	}
 	return c, nil
 }

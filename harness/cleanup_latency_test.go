@@ -103,7 +103,7 @@ func TestParseCleanupLatency_ShortSetsTheShortFormWhereNoFlagSaysOtherwise(t *te
 	if len(short.Scenarios) != 4 {
 		t.Errorf("scenarios %v, want all four", short.Scenarios)
 	}
-	for _, args := range [][]string{{"--scenarios", "idle,partition"}, {"--claimers", "0"}, {"--batch", "0"}, {"extra"}} {
+	for _, args := range [][]string{{"--scenarios", "idle,partition"}, {"--claimers", "0"}, {"--batch", "0"}, {"--pause", "-1s"}, {"extra"}} {
 		if _, err := parseCleanupLatency(args, io.Discard); err == nil {
 			t.Errorf("%v: no error", args)
 		}
