@@ -39,6 +39,8 @@ type latencyConfig struct {
 	Measure time.Duration
 	// Batch is the cleanup's CleanupParams.BatchSize. inbox.DefaultCleanupBatch by default.
 	Batch int
+	// Pause is the cleanup's CleanupParams.Pause, the wait after each batch that deleted rows. None by default.
+	Pause time.Duration
 	// Scenarios are the keys of the scenarios to measure, in the order of latencyScenarios.
 	Scenarios []string
 }
@@ -80,19 +82,21 @@ type latencyScenario struct {
 }
 
 // latencyScenarios are the scenarios in the order they are reported. Each is a function and a row, so a new way of
-// removing expired rows is one more of each. A partition drop goes beside the batched delete, with "idle" as its
-// baseline, once the library can keep the inbox in partitions: its function would build the partitioned table
-// with the same expired rows and measure the claims while the expired partitions are detached and dropped, through
-// b.measure with the drop as what runs beside the claims.
+// removing expired rows is one more of each.
 func latencyScenarios(c latencyConfig) []latencyScenario {
 	small, large := "growth: "+thousands(float64(c.SmallRows))+" rows", "growth: "+thousands(float64(c.GrowthRows))+" rows"
 	return []latencyScenario{
 		{Key: "idle", Name: "idle", WindowOf: "batched delete", Run: idleScenario},
 		{Key: "batched-delete", Name: "batched delete", Baseline: "idle", Run: batchedDeleteScenario},
+		{Key: "partition-drop", Name: "partition drop", Baseline: "idle", Run: partitionDropScenario},
+		{Key: "partition-drop", Name: "idle partitioned", Baseline: "idle", WindowOf: "partition drop", Run: idlePartitionedScenario},
 		{Key: "growth", Name: small, Run: growthScenario(c.SmallRows)},
 		{Key: "growth", Name: large, Baseline: small, Run: growthScenario(c.GrowthRows)},
 	}
 }
+
+// latencyScenarioKeys are the keys --scenarios accepts, in the order of latencyScenarios.
+var latencyScenarioKeys = []string{"idle", "batched-delete", "partition-drop", "growth"}
 
 // idleScenario: claims on a table holding the expired rows, with no cleanup running.
 func idleScenario(ctx context.Context, b *latencyBench, window time.Duration) (latencySample, error) {
@@ -113,7 +117,7 @@ func batchedDeleteScenario(ctx context.Context, b *latencyBench, _ time.Duration
 		return latencySample{}, err
 	}
 	s, err := b.measure(ctx, table, 0, func(ctx context.Context) (latencyRemoval, error) {
-		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch}, inbox.WithTable(table))
+		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, inbox.WithTable(table))
 		return latencyRemoval{Rows: res.Deleted, Took: res.Took, Batches: res.Batches}, err
 	})
 	if err == nil && s.Removed != int64(b.cfg.Rows) {
@@ -121,6 +125,51 @@ func batchedDeleteScenario(ctx context.Context, b *latencyBench, _ time.Duration
 	}
 	return s, err
 }
+
+// partitionDropScenario: the same number of expired rows, in a table of managed partitions (WithPartitions, one an
+// hour) whose expired partitions hold them, beside live rows in the partitions of the last day; the claims, with
+// UUIDv7 event IDs, land in the partition of this hour while inbox.Cleanup with WithPartitions detaches and drops
+// the expired ones. The claims are measured for as long as the cleanup runs, as for the batched delete.
+func partitionDropScenario(ctx context.Context, b *latencyBench, _ time.Duration) (latencySample, error) {
+	table, expired, drop, err := b.partitionedTable(ctx, b.cfg.Rows, latencyLiveRows(b.cfg.Rows))
+	defer drop()
+	if err != nil {
+		return latencySample{}, err
+	}
+	var dropped int
+	s, err := b.measure(ctx, table, 0, func(ctx context.Context) (latencyRemoval, error) {
+		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, latencyPartitionOptions(table)...)
+		dropped = res.PartitionsDropped
+		// The rows of a dropped partition are not in Deleted: they are the rows the partitions held.
+		rows := int64(0)
+		if dropped == expired {
+			rows = int64(b.cfg.Rows)
+		}
+		return latencyRemoval{Rows: rows + res.Deleted, Took: res.Took, Batches: res.PartitionsDropped + res.Batches}, err
+	})
+	if err == nil && dropped != expired {
+		err = fmt.Errorf("the cleanup dropped %d of the %d expired partitions", dropped, expired)
+	}
+	if err == nil {
+		err = b.expectNoExpired(ctx, table)
+	}
+	return s, err
+}
+
+// idlePartitionedScenario: claims on the partition drop's table, expired partitions and all, with no cleanup
+// running, for as long as the drop of the same run took, right after it: what the partitioned table and the
+// UUIDv7 IDs cost the claims by themselves.
+func idlePartitionedScenario(ctx context.Context, b *latencyBench, window time.Duration) (latencySample, error) {
+	table, _, drop, err := b.partitionedTable(ctx, b.cfg.Rows, latencyLiveRows(b.cfg.Rows))
+	defer drop()
+	if err != nil {
+		return latencySample{}, err
+	}
+	return b.measure(ctx, table, window, nil)
+}
+
+// latencyLiveRows is how many live rows the partitioned table holds beside its expired ones: a tenth as many.
+func latencyLiveRows(expired int) int { return max(expired/10, 1) }
 
 // growthScenario: claims on a table of rows still within the retention, with no cleanup running.
 func growthScenario(rows int) func(context.Context, *latencyBench, time.Duration) (latencySample, error) {
@@ -192,11 +241,12 @@ type latencyBench struct {
 	prefix                    string // of every table this invocation creates
 	accounts                  string // the table the claims' handler updates
 	tables                    int
+	partitioned               map[string]bool // the tables partitionedTable made
 }
 
 func newLatencyBench(ctx context.Context, c latencyConfig, progress io.Writer) (_ *latencyBench, err error) {
 	pid := os.Getpid()
-	b := &latencyBench{cfg: c, progress: progress, prefix: fmt.Sprintf("harness_cleanlat_%d", pid),
+	b := &latencyBench{cfg: c, progress: progress, prefix: fmt.Sprintf("harness_cleanlat_%d", pid), partitioned: map[string]bool{},
 		claimApp: fmt.Sprintf("harness-cleanlat-claim-%d", pid), cleanApp: fmt.Sprintf("harness-cleanlat-clean-%d", pid)}
 	b.accounts = b.prefix + "_accounts"
 	defer func() {
@@ -303,21 +353,7 @@ const latencyCountersSQL = `SELECT pg_current_wal_lsn()::text,
 func (b *latencyBench) table(ctx context.Context, rows int, expired bool) (table string, drop func(), err error) {
 	b.tables++
 	table = fmt.Sprintf("%s_%d", b.prefix, b.tables)
-	// Dropped outright rather than migrated down: 007's down migration would copy every row back into the old
-	// layout first.
-	drop = func() {
-		for _, q := range []string{
-			`DROP TABLE IF EXISTS ` + pq.QuoteIdentifier(table+"_produced") + `, ` + pq.QuoteIdentifier(table) + `, ` +
-				pq.QuoteIdentifier(table+"_locks") + `, ` + pq.QuoteIdentifier(table+"_migrations") + `, ` +
-				pq.QuoteIdentifier(table+"_consumers") + ` CASCADE`,
-			`DROP FUNCTION IF EXISTS ` + pq.QuoteIdentifier(table+"_unfinished_claim") + `()`,
-		} {
-			if _, err := b.watchDB.Exec(q); err != nil {
-				b.logf("drop %s: %v", table, err)
-				return
-			}
-		}
-	}
+	drop = b.dropper(table)
 	if err := inbox.Migrate(ctx, b.watchDB, inbox.WithTable(table)); err != nil {
 		return table, drop, fmt.Errorf("migrate %s: %w", table, err)
 	}
@@ -332,12 +368,8 @@ func (b *latencyBench) table(ctx context.Context, rows int, expired bool) (table
 		return table, drop, fmt.Errorf("fill %s: %w", table, err)
 	}
 	filled := time.Since(start)
-	if _, err := b.watchDB.ExecContext(ctx, `VACUUM ANALYZE `+pq.QuoteIdentifier(table)); err != nil {
-		return table, drop, fmt.Errorf("vacuum %s: %w", table, err)
-	}
-	if _, err := b.watchDB.ExecContext(ctx, `CHECKPOINT`); err != nil {
-		return table, drop, fmt.Errorf("checkpoint after filling %s (the harness needs a role allowed to run "+
-			"CHECKPOINT, pg_checkpoint or a superuser): %w", table, err)
+	if err := b.settle(ctx, table); err != nil {
+		return table, drop, err
 	}
 	kind := "live"
 	if expired {
@@ -348,6 +380,36 @@ func (b *latencyBench) table(ctx context.Context, rows int, expired bool) (table
 	return table, drop, nil
 }
 
+// dropper returns the function that drops table, its partitions and its companions. Dropped outright rather than
+// migrated down: 007's down migration would copy every row back into the old layout first.
+func (b *latencyBench) dropper(table string) func() {
+	return func() {
+		for _, q := range []string{
+			`DROP TABLE IF EXISTS ` + pq.QuoteIdentifier(table+"_produced") + `, ` + pq.QuoteIdentifier(table) + `, ` +
+				pq.QuoteIdentifier(table+"_locks") + `, ` + pq.QuoteIdentifier(table+"_migrations") + `, ` +
+				pq.QuoteIdentifier(table+"_consumers") + ` CASCADE`,
+			`DROP FUNCTION IF EXISTS ` + pq.QuoteIdentifier(table+"_unfinished_claim") + `()`,
+		} {
+			if _, err := b.watchDB.Exec(q); err != nil {
+				b.logf("drop %s: %v", table, err)
+				return
+			}
+		}
+	}
+}
+
+// settle makes a filled table's rows as old as they claim to be (see table): VACUUM ANALYZE, then a CHECKPOINT.
+func (b *latencyBench) settle(ctx context.Context, table string) error {
+	if _, err := b.watchDB.ExecContext(ctx, `VACUUM ANALYZE `+pq.QuoteIdentifier(table)); err != nil {
+		return fmt.Errorf("vacuum %s: %w", table, err)
+	}
+	if _, err := b.watchDB.ExecContext(ctx, `CHECKPOINT`); err != nil {
+		return fmt.Errorf("checkpoint after filling %s (the harness needs a role allowed to run "+
+			"CHECKPOINT, pg_checkpoint or a superuser): %w", table, err)
+	}
+	return nil
+}
+
 // measure runs the claimers on table until beside returns, or for window when beside is nil, and samples what
 // the database does meanwhile. The claims are the library's: an inbox.Inbox over a *sql.DB, its middleware around a
 // handler that does one small UPDATE in the claim's transaction, called directly with a fresh message each time.
@@ -356,7 +418,15 @@ func (b *latencyBench) measure(ctx context.Context, table string, window time.Du
 	if err := b.watchDB.QueryRowContext(ctx, `SELECT count(*) FROM `+pq.QuoteIdentifier(table)).Scan(&s.TableRows); err != nil {
 		return s, fmt.Errorf("count %s: %w", table, err)
 	}
-	ib, err := inbox.New(b.claimDB, inbox.WithTable(table), inbox.WithConsumer(latencyConsumer), inbox.WithAutoMigrate(false))
+	opts := []inbox.Option{inbox.WithTable(table), inbox.WithConsumer(latencyConsumer), inbox.WithAutoMigrate(false)}
+	newID := uuid.NewString
+	if b.partitioned[table] {
+		// A partitioned table's claims carry UUIDv7 IDs, as its producers' would, so they land in this hour's
+		// partition; random v4 IDs would all fall into the default partition.
+		opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID))
+		newID = func() string { return uuid.Must(uuid.NewV7()).String() }
+	}
+	ib, err := inbox.New(b.claimDB, opts...)
 	if err != nil {
 		return s, err
 	}
@@ -371,7 +441,7 @@ func (b *latencyBench) measure(ctx context.Context, table string, window time.Du
 	})
 	claim := func(ctx context.Context, account int) error {
 		msg := message.NewMessage(watermill.NewUUID(), nil)
-		msg.Metadata.Set("event_id", uuid.NewString())
+		msg.Metadata.Set("event_id", newID())
 		msg.Metadata.Set(latencyAccountKey, strconv.Itoa(account))
 		msg.SetContext(ctx)
 		_, err := h(msg)
@@ -586,9 +656,9 @@ func runCleanupLatency(ctx context.Context, c latencyConfig, progress io.Writer)
 		return nil, err
 	}
 	defer b.close()
-	b.logf("%d runs, %d claimers, %s expired rows, growth %s to %s rows, cleanup batches of %s",
+	b.logf("%d runs, %d claimers, %s expired rows, growth %s to %s rows, cleanup batches of %s, pause %s",
 		c.Runs, c.Claimers, thousands(float64(c.Rows)), thousands(float64(c.SmallRows)), thousands(float64(c.GrowthRows)),
-		thousands(float64(c.Batch)))
+		thousands(float64(c.Batch)), c.Pause)
 	var out []latencySample
 	for run := 1; run <= c.Runs; run++ {
 		took := map[string]time.Duration{}
@@ -686,7 +756,8 @@ func parseCleanupLatency(args []string, out io.Writer) (latencyConfig, error) {
 	fs.IntVar(&c.Runs, "runs", latencyLong.Runs, "runs of every scenario; the table shows medians")
 	fs.DurationVar(&c.Measure, "measure", latencyLong.Measure, "how long the scenarios without a cleanup measure claims")
 	fs.IntVar(&c.Batch, "batch", inbox.DefaultCleanupBatch, "the cleanup's batch size (inbox.CleanupParams.BatchSize)")
-	scenarios := fs.String("scenarios", "idle,batched-delete,growth", "scenarios to measure, comma-separated")
+	fs.DurationVar(&c.Pause, "pause", 0, "the cleanup's wait after each batch that deleted rows (inbox.CleanupParams.Pause)")
+	scenarios := fs.String("scenarios", strings.Join(latencyScenarioKeys, ","), "scenarios to measure, comma-separated")
 	short := fs.Bool("short", false, fmt.Sprintf("the short form: %s expired rows, growth to %s rows, %d run, %s measurements "+
 		"(flags given as well win)", thousands(float64(latencyShort.Rows)), thousands(float64(latencyShort.GrowthRows)),
 		latencyShort.Runs, latencyShort.Measure))
@@ -714,8 +785,8 @@ func parseCleanupLatency(args []string, out io.Writer) (latencyConfig, error) {
 	}
 	for _, k := range strings.Split(*scenarios, ",") {
 		k = strings.TrimSpace(k)
-		if k != "idle" && k != "batched-delete" && k != "growth" {
-			return c, fmt.Errorf("cleanup-latency: unknown scenario %q (want idle, batched-delete or growth)", k)
+		if !slices.Contains(latencyScenarioKeys, k) {
+			return c, fmt.Errorf("cleanup-latency: unknown scenario %q (want one of %s)", k, strings.Join(latencyScenarioKeys, ", "))
 		}
 		c.Scenarios = append(c.Scenarios, k)
 	}
@@ -728,6 +799,8 @@ func parseCleanupLatency(args []string, out io.Writer) (latencyConfig, error) {
 		return c, errors.New("cleanup-latency: --measure must be positive")
 	case c.Batch < 1 || c.Batch > inbox.MaxCleanupBatch:
 		return c, fmt.Errorf("cleanup-latency: --batch must be 1 to %d", inbox.MaxCleanupBatch)
+	case c.Pause < 0:
+		return c, errors.New("cleanup-latency: --pause must not be negative")
 	}
 	return c, nil
 }

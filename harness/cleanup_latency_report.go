@@ -106,7 +106,7 @@ func latencyReport(c latencyConfig, samples []latencySample) string {
 	runs := c.Runs
 	fmt.Fprintf(&b, "Claim latency beside the inbox's cleanup: median of %d run(s), (min–max) where they differ. %d claimers, "+
 		"each claim one message through the middleware (a fresh event ID, one UPDATE in the claim's transaction, commit); "+
-		"cleanup batches of %s rows.\n\n", runs, c.Claimers, thousands(float64(c.Batch)))
+		"cleanup batches of %s rows%s.\n\n", runs, c.Claimers, thousands(float64(c.Batch)), pauseNote(c.Pause))
 	b.WriteString(markdownTable([]string{"Scenario", "Rows in table", "Claims/s", "p50", "p99", "max", "p99 vs baseline",
 		"Cleanup rows/s", "Cleanup time"}, rows))
 	if len(ratios) > 0 {
@@ -120,6 +120,14 @@ func latencyReport(c latencyConfig, samples []latencySample) string {
 	b.WriteString(markdownTable([]string{"Scenario", "Claim backends", "Claims on a lock", "Cleanup backend", "Autovacuum on the table",
 		"WAL written", "Checkpoints", "Machine CPU busy"}, diag))
 	return b.String()
+}
+
+// pauseNote says how long the cleanup paused after each batch, when it did.
+func pauseNote(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return ", a pause of " + d.String() + " after each"
 }
 
 // topStates lists the states of a count that make 1% of it or more, commonest first: "CPU 61%, IO:WALSync 22%, ...".

@@ -49,12 +49,32 @@ const (
 	// batchPgxVariant is batchVariant on pgx v5: pgxinbox over a pgxpool.Pool, the handler crediting on the pgx.Tx
 	// of pgxinbox.TxFromContext. Only consume-transport runs it.
 	batchPgxVariant variant = "batch-pgx"
+	// partitionedVariant is inboxVariant on a table of managed partitions (WithPartitions, one an hour) keyed by
+	// uuid: the events carry UUIDv7 IDs (StampUUIDv7), so each claim lands in the partition of its ID's hour.
+	partitionedVariant variant = "inbox-partitioned"
 )
 
-var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant, batchVariant, batchPgxVariant}
+var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant, batchVariant, batchPgxVariant, partitionedVariant}
 
 // usesInbox reports whether the variant's handler runs under the inbox middleware.
-func (v variant) usesInbox() bool { return v == inboxVariant || v.batched() }
+func (v variant) usesInbox() bool { return v == inboxVariant || v == partitionedVariant || v.batched() }
+
+// table is the inbox table the variant's consumers claim in.
+func (v variant) table() string {
+	if v == partitionedVariant {
+		return partitionedTable
+	}
+	return inboxTable
+}
+
+// publisherOptions are how the variant's events get their IDs: UUIDv7 for the partitioned table, Watermill's
+// message UUID otherwise.
+func (v variant) publisherOptions() []inbox.PublisherOption {
+	if v == partitionedVariant {
+		return []inbox.PublisherOption{inbox.StampUUIDv7()}
+	}
+	return nil
+}
 
 // batched reports whether the variant runs the inbox in batch mode.
 func (v variant) batched() bool { return v == batchVariant || v == batchPgxVariant }
@@ -152,7 +172,7 @@ func consumeCommand(args []string) error {
 	fs := flag.NewFlagSet("consume", flag.ExitOnError)
 	var c consumerConfig
 	var v, brokers string
-	fs.StringVar(&v, "variant", string(inboxVariant), "at-most-once, after-db, after-db-sync, inbox or batch")
+	fs.StringVar(&v, "variant", string(inboxVariant), "at-most-once, after-db, after-db-sync, inbox, batch or inbox-partitioned")
 	fs.StringVar(&brokers, "brokers", "", "Kafka brokers, comma-separated")
 	fs.StringVar(&c.Topic, "topic", "", "topic to consume")
 	fs.StringVar(&c.Group, "group", "", "consumer group")
@@ -239,10 +259,13 @@ func consume(c consumerConfig) error {
 	switch c.Variant {
 	case atMostOnce:
 		h.AddMiddleware(middleware.InstantAck)
-	case inboxVariant, batchVariant:
-		opts := []inbox.Option{inbox.WithTable(inboxTable), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
+	case inboxVariant, batchVariant, partitionedVariant:
+		opts := []inbox.Option{inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
 		if c.Variant.batched() {
 			opts = append(opts, c.Batch.options()...)
+		}
+		if c.Variant == partitionedVariant {
+			opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID))
 		}
 		ib, err := inbox.New(db, opts...)
 		if err != nil {

@@ -96,7 +96,7 @@ func dbFaultsRun(ctx context.Context, e *env, c dbFaultsConfig, v variant, r int
 	}
 	defer e.br.deleteTopic(run)
 	rnd := rand.New(rand.NewPCG(c.Seed+uint64(r), 3))
-	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd); err != nil {
+	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd, v.publisherOptions()...); err != nil {
 		return res, err
 	}
 	p, err := spawn(e.bin, e.logDir, e.consumerConfig(v, run, run+"-c1", c.Sleep), nil)

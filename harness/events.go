@@ -109,16 +109,17 @@ func (p *batchPublisher) Publish(topic string, msgs ...*message.Message) error {
 
 func (p *batchPublisher) Close() error { return p.producer.Close() }
 
-// publishRun publishes n credit events through the library's EventIDPublisher, which gives each its event ID,
-// then records them and the run's accounts in the database. Consumers are started only after it returns.
-func publishRun(ctx context.Context, db *sql.DB, addrs []string, run, topic string, n, accounts int, rnd *rand.Rand) error {
+// publishRun publishes n credit events through the library's EventIDPublisher, which gives each its event ID
+// (with opts, the variant's publisherOptions), then records them and the run's accounts in the database. Consumers are started only after it returns.
+func publishRun(ctx context.Context, db *sql.DB, addrs []string, run, topic string, n, accounts int, rnd *rand.Rand,
+	opts ...inbox.PublisherOption) error {
 	msgs, evs := newEvents(n, accounts, rnd)
 	pub, err := newBatchPublisher(addrs)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	if err := inbox.EventIDPublisher(pub, "").Publish(topic, msgs...); err != nil {
+	if err := inbox.EventIDPublisher(pub, "", opts...).Publish(topic, msgs...); err != nil {
 		return err
 	}
 	for i, m := range msgs {

@@ -111,6 +111,8 @@ func TestKill_InboxNeitherDuplicatesNorLosesAcrossHardKills(t *testing.T) {
 		{"PerMessage", inboxVariant},
 		// Batch mode: a kill ends a batch's one transaction, claims and credits of every member together.
 		{"InBatchMode", batchVariant},
+		// Managed partitions: UUIDv7 IDs, each claim in the partition of its ID's hour.
+		{"OnAPartitionedTable", partitionedVariant},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			logTo(t)
@@ -136,6 +138,11 @@ func TestKill_InboxNeitherDuplicatesNorLosesAcrossHardKills(t *testing.T) {
 			// transaction in batch mode, with six partitions' messages in flight at once.
 			if batched := r.Commits < r.Credits; batched != c.v.batched() {
 				t.Fatalf("%s: %d credits committed in %d transactions; batch mode on: %v, want %v", c.v, r.Credits, r.Commits, batched, c.v.batched())
+			}
+			// The partitioned table proves nothing if its claims all fell through to the default partition.
+			if c.v == partitionedVariant && (r.Partitions == 0 || r.InDefault != 0) {
+				t.Fatalf("%s: the run's inbox rows lie in %d partitions, %d of them in the default partition; want every row in a partition of its hour",
+					c.v, r.Partitions, r.InDefault)
 			}
 			t.Logf("%s: %d kills, %d redeliveries skipped, 0 duplicates, 0 lost, %d credits in %d commits", c.v, r.Kills, r.Skipped, r.Credits, r.Commits)
 		})

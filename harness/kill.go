@@ -40,7 +40,10 @@ type killResult struct {
 	Skipped    int // redeliveries the inbox recognised and skipped
 	Credits    int // ledger rows
 	Commits    int // transactions that claimed the events in the inbox: as many as credits, unless a batch claimed several
-	Elapsed    time.Duration
+	// Partitions and InDefault are, for the partitioned variant, how many partitions hold the run's inbox rows and
+	// how many of them are in the default partition (0 when every UUIDv7 found the partition of its hour).
+	Partitions, InDefault int
+	Elapsed               time.Duration
 }
 
 // killSchedule draws the delays of every kill of every run from one seed. Every variant's run r uses row r, so
@@ -90,7 +93,7 @@ func killRun(ctx context.Context, e *env, c killConfig, v variant, r int, delays
 	}
 	defer e.br.deleteTopic(run)
 	rnd := rand.New(rand.NewPCG(c.Seed+uint64(r), 1))
-	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd); err != nil {
+	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd, v.publisherOptions()...); err != nil {
 		return res, err
 	}
 	var procs []*proc
@@ -133,6 +136,11 @@ func killRun(ctx context.Context, e *env, c killConfig, v variant, r int, delays
 		return res, err
 	}
 	res.Duplicates, res.Losses, res.Credits, res.Commits = t.Duplicates, t.Losses, t.Rows, t.Commits
+	if v == partitionedVariant {
+		if res.Partitions, res.InDefault, err = partitionSpread(ctx, e.db, run); err != nil {
+			return res, err
+		}
+	}
 	for _, p := range procs {
 		res.Skipped += p.count("skip ")
 	}
@@ -190,7 +198,7 @@ func crashRun(ctx context.Context, e *env, v variant, events, crashAfter int, sl
 		return res, err
 	}
 	defer e.br.deleteTopic(run)
-	if err := publishRun(ctx, e.db, e.br.addrs, run, run, events, e.accounts, rand.New(rand.NewPCG(7, 7))); err != nil {
+	if err := publishRun(ctx, e.db, e.br.addrs, run, run, events, e.accounts, rand.New(rand.NewPCG(7, 7)), v.publisherOptions()...); err != nil {
 		return res, err
 	}
 	cfg := e.consumerConfig(v, run, run+"-crashing", sleep)

@@ -15,6 +15,18 @@ import (
 // example's tests, which may run against the same database at the same time.
 const inboxTable = "harness_inbox"
 
+// partitionedTable is the harness's inbox table of managed partitions, the partitioned variant's: uuid IDs, one
+// partition an hour.
+const partitionedTable = "harness_inbox_partitioned"
+
+// partitionPeriod is partitionedTable's WithPartitions period.
+const partitionPeriod = time.Hour
+
+// partitionedOptions are the inbox options of partitionedTable, for Migrate and for its consumers.
+func partitionedOptions() []inbox.Option {
+	return []inbox.Option{inbox.WithTable(partitionedTable), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(partitionPeriod)}
+}
+
 // Every row the harness writes carries the run's ID, so runs (and parallel test processes) never see each other's
 // rows and a run can be counted and deleted on its own.
 const schemaSQL = `
@@ -69,9 +81,16 @@ INSERT INTO harness_ledger (run_id, event_id, account, amount, consumer) VALUES 
 const claimSQL = `INSERT INTO ` + inboxTable + ` (consumer_id, message_id, state) VALUES ($1, $2, 'd')
 ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING true`
 
-// runConsumer picks the inbox rows of a run: every run is a consumer of its own, named by the run's ID, and the
-// rows carry the consumer's id rather than its name.
-const runConsumer = `consumer_id = (SELECT id FROM ` + inboxTable + `_consumers WHERE name = $1)`
+// runConsumerIn picks the rows of inbox table table of a run: every run is a consumer of its own, named by the
+// run's ID, and the rows carry the consumer's id rather than its name.
+func runConsumerIn(table string) string {
+	return `consumer_id = (SELECT id FROM ` + table + `_consumers WHERE name = $1)`
+}
+
+// claimCommitsSQL counts the transactions that claimed run $1's inbox rows, in whichever of the harness's inbox
+// tables its variant claims in (the other holds none of them).
+var claimCommitsSQL = `(SELECT count(DISTINCT xmin::text) FROM ` + inboxTable + ` WHERE ` + runConsumerIn(inboxTable) + `) +
+    (SELECT count(DISTINCT xmin::text) FROM ` + partitionedTable + ` WHERE ` + runConsumerIn(partitionedTable) + `)`
 
 // registerConsumerSQL returns the id of consumer $1, registering it if the consumers table does not list it yet.
 // It looks first and inserts only when it must, so that finding a known consumer draws no value from the identity
@@ -106,7 +125,12 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	return inbox.Migrate(ctx, db, inbox.WithTable(inboxTable))
+	if err := inbox.Migrate(ctx, db, inbox.WithTable(inboxTable)); err != nil {
+		return err
+	}
+	// Migrating a partitioned table again also creates the partitions it lacks up to PartitionsAhead, so a table
+	// made days ago still has the partition of this hour.
+	return inbox.Migrate(ctx, db, partitionedOptions()...)
 }
 
 // registerConsumer returns the id the inbox table stores for consumer, registering the name if it is new.
@@ -191,7 +215,7 @@ func count(ctx context.Context, db *sql.DB, run string) (tally, error) {
 		        (SELECT 1 FROM harness_events e WHERE e.run_id = $1 AND e.event_id = p.event_id)),
 		    (SELECT coalesce(sum(balance), 0) FROM harness_accounts WHERE run_id = $1),
 		    (SELECT coalesce(sum(amount), 0) FROM harness_ledger WHERE run_id = $1),
-		    (SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE `+runConsumer+`)`, run).
+		    `+claimCommitsSQL, run).
 		Scan(&t.Events, &t.Rows, &t.Duplicates, &t.Losses, &t.Strays, &t.Balance, &t.Credited, &t.Commits)
 	if err != nil {
 		return t, fmt.Errorf("count run %s: %w", run, err)
@@ -216,8 +240,20 @@ func ledgerRows(ctx context.Context, db *sql.DB, run string) (int, error) {
 // subtransaction with an ID of its own. (IDs wrap around after four billion transactions; a run is far shorter.)
 func claimCommits(ctx context.Context, db *sql.DB, run string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT count(DISTINCT xmin::text) FROM `+inboxTable+` WHERE `+runConsumer, run).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT `+claimCommitsSQL, run).Scan(&n)
 	return n, err
+}
+
+// partitionSpread is where a run's rows lie in partitionedTable: how many partitions hold them, and how many are
+// in the default partition, which only IDs outside every partition's range reach.
+func partitionSpread(ctx context.Context, db *sql.DB, run string) (partitions, inDefault int, err error) {
+	err = db.QueryRowContext(ctx, `SELECT count(DISTINCT tableoid),
+		    count(*) FILTER (WHERE tableoid = '`+partitionedTable+`_default'::regclass)
+		FROM `+partitionedTable+` WHERE `+runConsumerIn(partitionedTable), run).Scan(&partitions, &inDefault)
+	if err != nil {
+		return 0, 0, fmt.Errorf("partitions of run %s: %w", run, err)
+	}
+	return partitions, inDefault, nil
 }
 
 // creditedEvents returns how many distinct events of a run have a ledger row: progress that duplicates do not
@@ -263,9 +299,12 @@ func cleanup(ctx context.Context, db *sql.DB, run string) error {
 		`DELETE FROM harness_events WHERE run_id = $1`,
 		`DELETE FROM harness_accounts WHERE run_id = $1`,
 		`DELETE FROM harness_stalls WHERE run_id = $1`,
-		`DELETE FROM ` + inboxTable + ` WHERE ` + runConsumer,
-		`DELETE FROM ` + inboxTable + `_produced WHERE ` + runConsumer,
+		`DELETE FROM ` + inboxTable + ` WHERE ` + runConsumerIn(inboxTable),
+		`DELETE FROM ` + inboxTable + `_produced WHERE ` + runConsumerIn(inboxTable),
 		`DELETE FROM ` + inboxTable + `_consumers WHERE name = $1`,
+		`DELETE FROM ` + partitionedTable + ` WHERE ` + runConsumerIn(partitionedTable),
+		`DELETE FROM ` + partitionedTable + `_produced WHERE ` + runConsumerIn(partitionedTable),
+		`DELETE FROM ` + partitionedTable + `_consumers WHERE name = $1`,
 	} {
 		if _, err := db.ExecContext(ctx, q, run); err != nil {
 			return fmt.Errorf("clean up run %s: %w", run, err)

@@ -30,8 +30,10 @@ Commands:
               SIGKILLed --kills times per run, each after 1 to 8 seconds (seeded, the same for every variant) of
               work; a last consumer drains the topic. Counts duplicate credits and lost events per run for
               at-most-once (InstantAck), after-db (ack after the database commit, offsets auto-committed every
-              second), after-db-sync (offset committed on every ack), inbox, and batch (the inbox in batch mode,
-              WithBatch: the messages in flight share one transaction).
+              second), after-db-sync (offset committed on every ack), inbox, batch (the inbox in batch mode,
+              WithBatch: the messages in flight share one transaction), and inbox-partitioned (the inbox on a
+              table of managed partitions, one an hour, WithPartitions, with UUIDv7 event IDs; not run unless
+              --variants names it).
   zombie      Three consumers; one message in --stall-every stalls, the first time it is handled, longer than
               the rebalance timeout. A member joins the group when a stall begins, as in a deploy, so a rebalance
               runs while the handler holds its message; the broker evicts the stalled member, its partitions move,
@@ -60,10 +62,13 @@ Commands:
   cleanup-latency  What the inbox's retention cleanup costs the claims running beside it. --claimers
               goroutines claim fresh messages through the middleware (one UPDATE per claim's transaction) and the
               claim latency's p50, p99 and max are read per scenario: idle (a table of --rows expired rows, no
-              cleanup), batched delete (the same while inbox.Cleanup deletes them, with its rate and time) and
-              growth (10,000 rows against --growth-rows rows). Prints p99 during the cleanup over p99 idle and p99
-              of the large table over the small one, and what the backends waited on meanwhile. --short is the
-              form the harness's test runs, in seconds.
+              cleanup), batched delete (the same while inbox.Cleanup deletes them, with its rate and time),
+              partition drop (as many expired rows in hourly partitions of a WithPartitions table, beside a tenth
+              as many live ones, while inbox.Cleanup with WithPartitions drops those partitions; the claims carry
+              UUIDv7 IDs), idle partitioned (that table with no cleanup) and growth (10,000 rows against
+              --growth-rows rows). Prints p99 during each cleanup over
+              p99 idle and p99 of the large table over the small one, and what the backends waited on meanwhile.
+              --short is the form the harness's test runs, in seconds.
   transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
               (watermill-amqp), NATS JetStream (watermill-nats), Redis Streams (watermill-redisstream),
               watermill-sql v3's and v4's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a

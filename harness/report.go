@@ -269,7 +269,7 @@ func killReport(c killConfig, res []killResult) (string, string) {
 			row = append(row, a.label, a.dup.count(), a.lost.count())
 			aDup.Values = append(aDup.Values, a.dup.Median)
 			aLost.Values = append(aLost.Values, a.lost.Median)
-		} else { // the article has no such variant (batch mode)
+		} else { // the article has no such variant (batch mode, managed partitions)
 			row = append(row, "–", "–", "–")
 			aDup.Values = append(aDup.Values, math.NaN())
 			aLost.Values = append(aLost.Values, math.NaN())

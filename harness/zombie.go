@@ -91,7 +91,7 @@ func zombieRun(ctx context.Context, e *env, c zombieConfig, v variant, r int) (z
 	}
 	defer e.br.deleteTopic(run)
 	rnd := rand.New(rand.NewPCG(c.Seed+uint64(r), 2))
-	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd); err != nil {
+	if err := publishRun(ctx, e.db, e.br.addrs, run, run, c.Events, e.accounts, rnd, v.publisherOptions()...); err != nil {
 		return res, err
 	}
 
