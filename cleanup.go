@@ -31,6 +31,10 @@ const (
 
 	// MaxCleanupBatch is the largest CleanupParams.BatchSize accepted: past it a batch is a bulk delete again.
 	MaxCleanupBatch = 1_000_000
+
+	// DefaultCleanupRest is how many times as long as a batch took the cleanup rests after it when
+	// CleanupParams.Pause is zero: the round then keeps a database backend busy a quarter of the time at most.
+	DefaultCleanupRest = 3
 )
 
 // CleanupParams says which rows Cleanup deletes and how fast.
@@ -46,7 +50,10 @@ type CleanupParams struct {
 	BatchSize int
 
 	// Pause is how long to wait after each batch that deleted rows, to let replicas and autovacuum keep up on a
-	// first cleanup of a large backlog. Defaults to none; must not be negative.
+	// first cleanup of a large backlog. When zero, the default, the round rests after each such batch three times
+	// as long as the batch took (DefaultCleanupRest): a batch's deletes are WAL that every claim's commit beside
+	// it waits to flush, and the rests spread them out (docs/cleanup-latency.md measures both). Give a pause of
+	// your own to be gentler, or 1ns to run flat out. Must not be negative.
 	Pause time.Duration
 
 	// Progress, when set, is called after each batch that deleted rows, on the calling goroutine.
@@ -229,6 +236,8 @@ type cleanupRound struct {
 	p    CleanupParams
 	lock dialect.LockParams
 	res  *CleanupResult
+	// took is how long the last batch took.
+	took time.Duration
 	// walkOnly is the one partition the walk cleans, with managed partitions (partitions.go): the others are
 	// dropped whole.
 	walkOnly string
@@ -236,6 +245,8 @@ type cleanupRound struct {
 
 // batch runs fn in a short transaction after extending the lock.
 func (r *cleanupRound) batch(fn func(tx driver.Tx) error) error {
+	start := time.Now()
+	defer func() { r.took = time.Since(start) }()
 	err := inShortTx(r.ctx, r.pool, r.s.d, func(tx driver.Tx) error {
 		held, err := r.s.d.ExtendLock(r.ctx, tx, r.lock)
 		if err != nil {
@@ -267,8 +278,12 @@ func (r *cleanupRound) deleted(counts map[string]int64) error {
 			r.p.Progress(CleanupProgress{Consumer: consumer, Batch: r.res.Batches, Deleted: n, Total: r.res.Deleted})
 		}
 	}
-	if total > 0 && r.p.Pause > 0 {
-		if err := sleep(r.ctx, r.p.Pause); err != nil {
+	pause := r.p.Pause
+	if pause == 0 {
+		pause = DefaultCleanupRest * r.took
+	}
+	if total > 0 && pause > 0 {
+		if err := sleep(r.ctx, pause); err != nil {
 			return fmt.Errorf("inbox: cleanup %s: %w", r.s.table, err)
 		}
 	}

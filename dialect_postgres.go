@@ -916,6 +916,15 @@ const (
 	// locks the default partition, and dropping one the whole table, and every claim that arrives meanwhile
 	// queues behind the waiting DDL.
 	partitionLockTimeout = `SET LOCAL lock_timeout = '1s'`
+
+	// A DETACH takes the whole table's exclusive lock: every claim that arrives while it waits for the claims in
+	// flight waits behind it, so it waits briefly, and the caller tries again (partitions.go).
+	detachLockTimeoutSQL = `SET LOCAL lock_timeout = '50ms'`
+
+	// The DETACH holds the table's lock until its commit ends; not waiting for the commit's WAL flush shortens the
+	// claims' stall by that flush. A crash that loses the commit leaves the partition attached, and the next round
+	// detaches it again.
+	detachAsyncCommitSQL = `SET LOCAL synchronous_commit = off`
 )
 
 // partitionBound is what a bound of a managed partition looks like: a UUID in canonical text.
@@ -1003,7 +1012,7 @@ func (*postgres) DetachPartition(ctx context.Context, tx driver.Executor, p dial
 	if !partitionBound.MatchString(p.From) || !partitionBound.MatchString(p.To) {
 		return fmt.Errorf("inbox: partition %s: bounds %q and %q are not UUIDs", p.Name, p.From, p.To)
 	}
-	return execAll(ctx, tx, []string{partitionLockTimeout,
+	return execAll(ctx, tx, []string{detachLockTimeoutSQL, detachAsyncCommitSQL,
 		`DELETE FROM ` + quoteIdent(p.Table+"_produced") + ` WHERE message_id >= '` + p.From + `' AND message_id < '` + p.To + `'`,
 		`ALTER TABLE ` + quoteIdent(p.Table) + ` DETACH PARTITION ` + quoteIdent(p.Name),
 	})

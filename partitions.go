@@ -38,6 +38,16 @@ func WithPartitions(period time.Duration) Option {
 // misses rounds for a day still finds them there.
 const PartitionsAhead = 48 * time.Hour
 
+// Detaching a partition takes the inbox table's exclusive lock, which every claim waits for, and which the DETACH
+// waits for until the claims in flight end. It waits detachLockTimeout at most (the dialect's DetachPartition sets
+// it), up to detachTries times, detachGap apart, and a round that still cannot get it leaves the partition to the
+// next round.
+const (
+	detachLockTimeout = 50 * time.Millisecond
+	detachTries       = 20
+	detachGap         = 250 * time.Millisecond
+)
+
 // partitioner returns the dialect's partition operations, or an error for a dialect without them.
 func partitioner(d dialect.Dialect) (dialect.Partitioner, error) {
 	pt, ok := d.(dialect.Partitioner)
@@ -158,25 +168,32 @@ func maintainPartitions(ctx context.Context, pool driver.Pool, d dialect.Dialect
 		}
 		res.created++
 	}
-	// Every expired partition is detached in one transaction: claims wait once for the table's lock, however many
-	// partitions a round finds expired. The files are dropped afterwards, each without that lock.
-	if len(drop) > 0 {
-		err := run(func(tx driver.Tx) error {
-			for _, p := range drop {
-				if err := pt.DetachPartition(ctx, tx, p); err != nil {
-					return fmt.Errorf("inbox: detach partition %s: %w", p.Name, err)
-				}
-			}
-			return nil
-		})
-		if !busy(d, c, err, "detach", drop[0]) {
-			if err != nil {
+	// Each expired partition is detached in a transaction of its own that waits at most detachLockTimeout for the
+	// table's lock, and tries again after detachGap when it could not get it: claims queue behind a waiting
+	// DETACH, so its wait is their stall, and the gap between detaches lets the queue drain. The files are dropped
+	// afterwards, each without the table's lock.
+	for n, p := range drop {
+		if n > 0 {
+			if err := sleep(ctx, detachGap); err != nil {
 				return res, err
 			}
-			for _, p := range drop {
-				l.Detached = append(l.Detached, p.Name)
+		}
+		var err error
+		for try := 0; try < detachTries; try++ {
+			if err = run(func(tx driver.Tx) error { return pt.DetachPartition(ctx, tx, p) }); d.Classify(err) != dialect.LockConflict {
+				break
+			}
+			if err := sleep(ctx, detachGap); err != nil {
+				return res, err
 			}
 		}
+		if busy(d, c, err, "detach", p) {
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("inbox: detach partition %s: %w", p.Name, err)
+		}
+		l.Detached = append(l.Detached, p.Name)
 	}
 	for _, name := range l.Detached {
 		p := dialect.PartitionParams{Table: c.table, Name: name}

@@ -12,13 +12,15 @@ import (
 	"time"
 )
 
-// The short form of `harness cleanup-latency`, as CI runs it: the claims' p99 while the library's cleanup deletes
-// 100,000 expired rows, and while it drops the partitions that hold as many, must stay within three times their
-// p99 on a table of those rows with no cleanup running.
+// The short form of `harness cleanup-latency`, as CI runs it, three times: the claims' p99 while the library's
+// cleanup deletes 100,000 expired rows, and while it drops the partitions that hold as many, must stay within three
+// times their p99 on a table of those rows with no cleanup running, as the median of the three runs' ratios. One
+// run measures the claims for about a second, a few hundred of them beside the drops: a single stall of the
+// machine moves its p99 more than the cleanup does.
 func TestCleanupLatency_ClaimP99DuringTheBatchedDeleteAndThePartitionDropStaysWithinThreeTimesIdle(t *testing.T) {
 	db := storageTestDB(t)
 	logTo(t)
-	c, err := parseCleanupLatency([]string{"--short", "--dsn", testDSN()}, io.Discard)
+	c, err := parseCleanupLatency([]string{"--short", "--runs", "3", "--dsn", testDSN()}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,9 +30,18 @@ func TestCleanupLatency_ClaimP99DuringTheBatchedDeleteAndThePartitionDropStaysWi
 		t.Fatal(err)
 	}
 	t.Logf("short form in %s:\n%s", time.Since(start).Round(time.Second), latencyReport(c, res))
-	got := map[string]latencySample{}
+	got := map[string]latencySample{} // each scenario's last run
+	runs := map[string][]latencySample{}
 	for _, s := range res {
 		got[s.Scenario] = s
+		runs[s.Scenario] = append(runs[s.Scenario], s)
+	}
+	medianRatio := func(scenario string) float64 {
+		var xs []float64
+		for _, s := range runs[scenario] {
+			xs = append(xs, s.Ratio)
+		}
+		return spreadOf(xs).Median
 	}
 	for _, sc := range latencyScenarios(c) {
 		s, ok := got[sc.Name]
@@ -49,9 +60,9 @@ func TestCleanupLatency_ClaimP99DuringTheBatchedDeleteAndThePartitionDropStaysWi
 	if del.Ratio <= 0 {
 		t.Fatal("no p99 ratio for the batched delete: its baseline was not measured in the same run")
 	}
-	if del.Ratio > 3 {
-		t.Errorf("claim p99 during the batched delete is %.2f times the idle p99 (%s against %s): the cleanup slows the claims beside it",
-			del.Ratio, ms(del.P99), ms(got["idle"].P99))
+	if r := medianRatio("batched delete"); r > 3 {
+		t.Errorf("claim p99 during the batched delete is %.2f times the idle p99 (median of the runs; the last: %s against %s): the cleanup slows the claims beside it",
+			r, ms(del.P99), ms(got["idle"].P99))
 	}
 	// A day of expired rows in partitions of an hour: some twenty-five drops, one transaction each.
 	drop := got["partition drop"]
@@ -62,9 +73,9 @@ func TestCleanupLatency_ClaimP99DuringTheBatchedDeleteAndThePartitionDropStaysWi
 	if drop.Ratio <= 0 {
 		t.Fatal("no p99 ratio for the partition drop: its baseline was not measured in the same run")
 	}
-	if drop.Ratio > 3 {
-		t.Errorf("claim p99 during the partition drop is %.2f times the idle p99 (%s against %s): the drops slow the claims beside them",
-			drop.Ratio, ms(drop.P99), ms(got["idle"].P99))
+	if r := medianRatio("partition drop"); r > 3 {
+		t.Errorf("claim p99 during the partition drop is %.2f times the idle p99 (median of the runs; the last: %s against %s): the drops slow the claims beside them",
+			r, ms(drop.P99), ms(got["idle"].P99))
 	}
 	var left []string
 	rows, err := db.Query(`SELECT relname FROM pg_class WHERE relname LIKE 'harness\_cleanlat\_' || $1 || '\_%'`, strconv.Itoa(os.Getpid()))
