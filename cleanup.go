@@ -33,8 +33,8 @@ const (
 	MaxCleanupBatch = 1_000_000
 
 	// DefaultCleanupRest is how many times as long as a batch took the cleanup rests after it when
-	// CleanupParams.Pause is zero: the round then keeps a database backend busy a quarter of the time at most.
-	DefaultCleanupRest = 3
+	// CleanupParams.Pause is zero: the round then keeps a database backend busy a sixth of the time at most.
+	DefaultCleanupRest = 5
 )
 
 // CleanupParams says which rows Cleanup deletes and how fast.
@@ -50,7 +50,7 @@ type CleanupParams struct {
 	BatchSize int
 
 	// Pause is how long to wait after each batch that deleted rows, to let replicas and autovacuum keep up on a
-	// first cleanup of a large backlog. When zero, the default, the round rests after each such batch three times
+	// first cleanup of a large backlog. When zero, the default, the round rests after each such batch five times
 	// as long as the batch took (DefaultCleanupRest): a batch's deletes are WAL that every claim's commit beside
 	// it waits to flush, and the rests spread them out (docs/cleanup-latency.md measures both). Give a pause of
 	// your own to be gentler, or 1ns to run flat out. Must not be negative.
