@@ -536,7 +536,7 @@ func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, con
 }
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
+	return scanTrue(literally(tx).QueryRow(ctx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
 }
 
 // batchKey names the batch claim of one table for one number of IDs.
@@ -570,7 +570,7 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	rows, err := tx.Query(ctx, query.(string), args...)
+	rows, err := literally(tx).Query(ctx, query.(string), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -587,27 +587,27 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 }
 
 func (pg *postgres) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
-	_, err := tx.Exec(ctx, pg.sql(p.Table).unclaimSQL, p.ConsumerID, p.ID)
+	_, err := literally(tx).Exec(ctx, pg.sql(p.Table).unclaimSQL, p.ConsumerID, p.ID)
 	return err
 }
 
 func (pg *postgres) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
-	err = q.QueryRow(ctx, pg.sql(p.Table).producedSQL, p.ConsumerID, p.ID).Scan(&state, &produced)
+	err = literally(q).QueryRow(ctx, pg.sql(p.Table).producedSQL, p.ConsumerID, p.ID).Scan(&state, &produced)
 	return stateName(state), produced, err
 }
 
 func (pg *postgres) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
-	_, err := tx.Exec(ctx, pg.sql(p.Table).saveSQL, p.ConsumerID, p.ID, nullable(p.Produced))
+	_, err := literally(tx).Exec(ctx, pg.sql(p.Table).saveSQL, p.ConsumerID, p.ID, nullable(p.Produced))
 	return err
 }
 
 func (pg *postgres) Finish(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) (bool, error) {
-	n, err := tx.Exec(ctx, pg.sql(p.Table).finishSQL, p.ConsumerID, p.ID, nullable(p.Produced))
+	n, err := literally(tx).Exec(ctx, pg.sql(p.Table).finishSQL, p.ConsumerID, p.ID, nullable(p.Produced))
 	return n == 1, err
 }
 
 func (pg *postgres) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(tx.QueryRow(ctx, pg.sql(p.Table).takeoverSQL, p.ConsumerID, p.ID, stateCode(p.State)))
+	return scanTrue(literally(tx).QueryRow(ctx, pg.sql(p.Table).takeoverSQL, p.ConsumerID, p.ID, stateCode(p.State)))
 }
 
 func (*postgres) Savepoint(ctx context.Context, tx driver.Executor, step dialect.SavepointStep) error {
@@ -626,7 +626,7 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 	var c dialect.LeaseClaim
 	q := pg.sql(p.Table)
 	var takeover sql.NullBool
-	err := tx.QueryRow(ctx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
+	err := literally(tx).QueryRow(ctx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
 	if err == nil {
 		c.Claimed, c.Takeover = true, takeover.Bool
 		return c, nil
@@ -635,7 +635,7 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 		return c, err
 	}
 	var remainingMS int64
-	if err := tx.QueryRow(ctx, q.leaseStateSQL, p.ConsumerID, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced); err != nil {
+	if err := literally(tx).QueryRow(ctx, q.leaseStateSQL, p.ConsumerID, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced); err != nil {
 		return c, fmt.Errorf("read lease: %w", err)
 	}
 	c.State = stateName(c.State)
@@ -663,7 +663,7 @@ func (pg *postgres) FailLease(ctx context.Context, tx driver.Executor, p dialect
 // leaseWrite runs one of the holder's compare-and-set writes, each of which returns a row when it matched.
 func (*postgres) leaseWrite(ctx context.Context, tx driver.Executor, query string, p dialect.LeaseWriteParams, arg any) (bool, error) {
 	var one int
-	err := tx.QueryRow(ctx, query, p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
+	err := literally(tx).QueryRow(ctx, query, p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
 	if errors.Is(err, driver.ErrNoRows) {
 		return false, nil
 	}

@@ -63,6 +63,14 @@ type TxOptions struct {
 	ReadOnly bool
 }
 
+// LiteralArgs is implemented by a Tx whose library sends a statement with arguments in a round trip more than one
+// without: lib/pq has the server parse and describe each such statement before it binds the arguments, unless its
+// DSN sets binary_parameters. The PostgreSQL dialect then writes the arguments of its own statements into their
+// text, as literals, wherever it can do so exactly, and the statement costs one round trip.
+type LiteralArgs interface {
+	LiteralArgs() bool
+}
+
 // Pool begins transactions on a database.
 type Pool interface {
 	Begin(ctx context.Context, opts TxOptions) (Tx, error)

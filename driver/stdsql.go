@@ -3,17 +3,29 @@ package driver
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
+	"reflect"
 )
 
 // StdSQL returns a Pool over db, for any database/sql driver.
-func StdSQL(db *sql.DB) Pool { return stdPool{db} }
+func StdSQL(db *sql.DB) Pool { return stdPool{db: db, literal: db != nil && isLibpq(db.Driver())} }
 
 // StdSQLTx returns a Tx over tx, a transaction someone else began and will end: the inbox only runs statements on
 // it (watermill-sql's subscriber transaction, for one).
-func StdSQLTx(tx *sql.Tx) Tx { return stdTx{tx} }
+func StdSQLTx(tx *sql.Tx) Tx { return stdTx{tx: tx} }
 
-type stdPool struct{ db *sql.DB }
+type stdPool struct {
+	db      *sql.DB
+	literal bool // its transactions' LiteralArgs
+}
+
+// isLibpq reports whether d is lib/pq's driver, found by its type so that this package need not import it.
+// A driver that wraps lib/pq's (for tracing, say) is not recognized, and its statements keep their arguments.
+func isLibpq(d sqldriver.Driver) bool {
+	t := reflect.TypeOf(d)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "github.com/lib/pq" && t.Elem().Name() == "Driver"
+}
 
 // MaxConns is db's limit of open connections, 0 for none (SetMaxOpenConns).
 func (p stdPool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
@@ -27,10 +39,16 @@ func (p stdPool) Begin(ctx context.Context, opts TxOptions) (Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return stdTx{tx}, nil
+	return stdTx{tx: tx, literal: p.literal}, nil
 }
 
-type stdTx struct{ tx *sql.Tx }
+type stdTx struct {
+	tx      *sql.Tx
+	literal bool
+}
+
+// LiteralArgs is true over lib/pq (see LiteralArgs).
+func (t stdTx) LiteralArgs() bool { return t.literal }
 
 func (t stdTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := t.tx.ExecContext(ctx, query, args...)
