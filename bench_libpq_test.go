@@ -16,17 +16,19 @@ import (
 )
 
 // BenchmarkLibpqPerMessage sets the inbox per message over lib/pq against the most PostgreSQL does for the same
-// work, at 1, 4 and 8 messages in flight. Three kinds take turns on every worker, message by message, so that
-// whatever else loads the machine loads them alike:
+// work, and against a consumer without an inbox, at 1, 4 and 8 messages in flight. The kinds of a sub-benchmark
+// take turns on every worker, message by message, so that whatever else loads the machine loads them alike:
 //
 //	ceiling    BEGIN; the claim's INSERT ... ON CONFLICT DO NOTHING; one UPDATE; COMMIT, both statements prepared
 //	           (database/sql's Stmt): one round trip each, as pgbench -M prepared sends them
-//	inbox      the middleware, its handler running the UPDATE with an argument on the *sql.Tx as most code does:
-//	           lib/pq spends two round trips on that statement
+//	bare       no inbox: BEGIN; the UPDATE, with an argument and unprepared, as most code sends it; COMMIT
+//	inbox      the middleware, its handler running that UPDATE on the *sql.Tx: lib/pq spends two round trips on it
 //	inbox-prepared  the same with the handler's UPDATE prepared: the inbox's own cost against the ceiling
 //
-// It reports each kind's µs/msg, each inbox kind's x-ceiling (the ceiling's mean time per message over its own),
-// rt/msg of the mix and msgs/s of the mix. Read the ratios, never the rates; repeat whole runs:
+// work=none runs zero-work handlers, and reports each kind's x-ceiling; work=10ms has each message work 10 ms
+// before its first statement (the handler, or the consumer without an inbox before it begins) and reports the
+// inbox's x-bare. Each kind's µs/msg is its mean time per message; rt/msg and msgs/s are those of the mix. Read
+// the ratios, never the rates; repeat whole runs:
 //
 //	for i in 1 2 3 4 5; do go test -run '^$' -bench LibpqPerMessage -benchtime 3000x .; done | tee libpq.txt
 func BenchmarkLibpqPerMessage(b *testing.B) {
@@ -52,8 +54,9 @@ func BenchmarkLibpqPerMessage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ceiling := func(account int) func(string) error {
+	ceiling := benchKind{"ceiling", func(account int, work time.Duration) func(string) error {
 		return func(id string) error {
+			time.Sleep(work)
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				return err
@@ -68,110 +71,146 @@ func BenchmarkLibpqPerMessage(b *testing.B) {
 			}
 			return tx.Commit()
 		}
-	}
-	handler := func(account int, stmt *sql.Stmt) func(string) error {
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			tx, _ := inbox.TxFromContext(msg.Context())
-			var err error
-			if stmt != nil {
-				_, err = tx.StmtContext(msg.Context(), stmt).ExecContext(msg.Context(), account)
-			} else {
-				_, err = tx.ExecContext(msg.Context(), update, account)
+	}}
+	bare := benchKind{"bare", func(account int, work time.Duration) func(string) error {
+		return func(string) error {
+			time.Sleep(work)
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
 			}
-			return nil, err
-		})
-		return func(id string) error {
-			_, err := h(newMsg(id))
+			defer func() { _ = tx.Rollback() }()
+			if _, err := tx.ExecContext(ctx, update, account); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
+	}}
+	handler := func(stmt *sql.Stmt) func(account int, work time.Duration) func(string) error {
+		return func(account int, work time.Duration) func(string) error {
+			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				time.Sleep(work)
+				tx, _ := inbox.TxFromContext(msg.Context())
+				var err error
+				if stmt != nil {
+					_, err = tx.StmtContext(msg.Context(), stmt).ExecContext(msg.Context(), account)
+				} else {
+					_, err = tx.ExecContext(msg.Context(), update, account)
+				}
+				return nil, err
+			})
+			return func(id string) error {
+				_, err := h(newMsg(id))
+				return err
+			}
+		}
+	}
+	withInbox, withInboxPrepared := benchKind{"inbox", handler(nil)}, benchKind{"inbox-prepared", handler(prepared)}
+	works := []struct {
+		name  string
+		work  time.Duration
+		kinds []benchKind // the first is what the others are set against
+	}{
+		{"none", 0, []benchKind{ceiling, withInbox, withInboxPrepared, bare}},
+		{"10ms", 10 * time.Millisecond, []benchKind{bare, withInbox}},
+	}
+	for _, w := range works {
+		for _, inflight := range []int{1, 4, 8} {
+			b.Run("work="+w.name+"/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
+				interleave(b, &counted, inflight, w.kinds, func(k benchKind) func(string) error {
+					account := int(benchAccounts.Add(1)) + 1 // the bundle's own is 1
+					if _, err := db.Exec(`INSERT INTO `+tb.accounts+` VALUES ($1, 0)`, account); err != nil {
+						b.Fatal(err)
+					}
+					return k.make(account, w.work)
+				})
+			})
+		}
+	}
+}
+
+var benchAccounts atomic.Int64
+
+// benchKind is one way of handling a message: make builds it for a worker, on an account of the worker's own, for
+// messages that work that long before their first statement.
+type benchKind struct {
+	name string
+	make func(account int, work time.Duration) func(id string) error
+}
+
+// interleave runs b.N messages through inflight workers, each taking the kinds in turn, and reports each kind's mean
+// time per message and its ratio to the first kind's. build builds a kind's work for one worker.
+func interleave(b *testing.B, counted *trips, inflight int, kinds []benchKind, build func(benchKind) func(string) error) {
+	spent := make([]atomic.Int64, len(kinds))
+	count := make([]atomic.Int64, len(kinds))
+	workers := make([]func(string) error, inflight)
+	for w := range workers {
+		own := make([]func(string) error, len(kinds))
+		for k, kind := range kinds {
+			own[k] = build(kind)
+		}
+		turn := w
+		workers[w] = func(id string) error {
+			k := turn % len(kinds)
+			turn++
+			start := time.Now()
+			err := own[k](id)
+			spent[k].Add(int64(time.Since(start)))
+			count[k].Add(1)
 			return err
 		}
 	}
-	kinds := []struct {
-		name string
-		make func(account int) func(string) error
-	}{
-		{"ceiling", ceiling},
-		{"inbox", func(account int) func(string) error { return handler(account, nil) }},
-		{"inbox-prepared", func(account int) func(string) error { return handler(account, prepared) }},
-	}
-	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	nextAccount := 1
-	for _, inflight := range []int{1, 4, 8} {
-		b.Run("inflight="+strconv.Itoa(inflight), func(b *testing.B) {
-			db.SetMaxIdleConns(inflight)
-			var spent, count [3]atomic.Int64
-			workers := make([]func(string) error, inflight)
-			for w := range workers {
-				var own [3]func(string) error
-				for k, kind := range kinds {
-					nextAccount++
-					if _, err := db.Exec(`INSERT INTO `+tb.accounts+` VALUES ($1, 0)`, nextAccount); err != nil {
-						b.Fatal(err)
-					}
-					own[k] = kind.make(nextAccount)
-				}
-				turn := w
-				workers[w] = func(id string) error {
-					k := turn % len(kinds)
-					turn++
-					start := time.Now()
-					err := own[k](id)
-					spent[k].Add(int64(time.Since(start)))
-					count[k].Add(1)
-					return err
-				}
-			}
-			prefix := run + "-" + strconv.Itoa(inflight) + "-" + strconv.Itoa(b.N) + "-"
-			// Every worker handles one message of each kind first, all at once: the pool then holds a connection
-			// per worker, with the ceiling's statements prepared on it.
-			var wg sync.WaitGroup
-			for w, work := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for k := range kinds {
-						if err := work(prefix + "warm-" + strconv.Itoa(w) + "-" + strconv.Itoa(k)); err != nil {
-							b.Error(err)
-						}
-					}
-				}()
-			}
-			wg.Wait()
+	prefix := strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	// Every worker handles one message of each kind first, all at once: the pool then holds a connection per
+	// worker, with the prepared statements on it.
+	var wg sync.WaitGroup
+	for w, work := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for k := range kinds {
-				spent[k].Store(0)
-				count[k].Store(0)
+				if err := work(prefix + "warm-" + strconv.Itoa(w) + "-" + strconv.Itoa(k)); err != nil {
+					b.Error(err)
+				}
 			}
-			counted.n.Store(0)
-			var next atomic.Int64
-			b.ResetTimer()
-			start := time.Now()
-			for _, work := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						if err := work(prefix + strconv.FormatInt(i, 10)); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
+		}()
+	}
+	wg.Wait()
+	for k := range kinds {
+		spent[k].Store(0)
+		count[k].Store(0)
+	}
+	counted.n.Store(0)
+	var next atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	for _, work := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := work(prefix + strconv.FormatInt(i, 10)); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
-			b.ReportMetric(float64(counted.n.Load())/float64(b.N), "rt/msg")
-			var mean [3]float64
-			for k, kind := range kinds {
-				mean[k] = float64(spent[k].Load()) / float64(max(count[k].Load(), 1))
-				b.ReportMetric(mean[k]/1e3, kind.name+"-µs/msg")
-			}
-			b.ReportMetric(mean[0]/mean[1], "inbox-x-ceiling")
-			b.ReportMetric(mean[0]/mean[2], "prepared-x-ceiling")
-		})
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(counted.n.Load())/float64(b.N), "rt/msg")
+	mean := make([]float64, len(kinds))
+	for k, kind := range kinds {
+		mean[k] = float64(spent[k].Load()) / float64(max(count[k].Load(), 1))
+		b.ReportMetric(mean[k]/1e3, kind.name+"-µs/msg")
+		if k > 0 {
+			b.ReportMetric(mean[0]/mean[k], kind.name+"-x-"+kinds[0].name)
+		}
 	}
 }
