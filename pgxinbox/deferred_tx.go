@@ -695,6 +695,8 @@ type memberView struct {
 	take  func()
 }
 
+var _ pgx.Tx = (*memberView)(nil)
+
 func (v *memberView) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if carriesBegin(args) {
 		if res, ran, err := v.first(ctx, sql, args); ran {

@@ -230,26 +230,14 @@ func TestBatchPipeline(t *testing.T) {
 	// then fails: its rollback undoes theirs too, and they must run again, once each.
 	t.Run("AMemberThatFailsAfterLaterMembersRanLeavesThemAppliedOnce", func(t *testing.T) {
 		t.Parallel()
-		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
-		ids := batchIDsOf("fails", 8)
-		ib := b.inbox(t, len(ids))
-		var head atomic.Value
-		var othersRan atomic.Bool
-		errs := oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
-			id, err := b.record(msg)
-			if err != nil || !head.CompareAndSwap(nil, id) {
-				return nil, err
-			}
-			othersRan.Store(b.log.waitRan(without(ids, id)))
-			return nil, errors.New("fails after the members behind it ran")
+		b, ids, head, errs := headAfterOthers(t, "fails", func(*message.Message, *pipelineBundle) error {
+			return errors.New("fails after the members behind it ran")
 		})
-		failed, _ := head.Load().(string)
-		require.True(t, othersRan.Load(), "the members behind the head ran their statements before it failed")
-		require.ErrorContains(t, errs[failed], "fails after the members behind it ran")
-		for _, id := range without(ids, failed) {
+		require.ErrorContains(t, errs[head], "fails after the members behind it ran")
+		for _, id := range without(ids, head) {
 			require.NoError(t, errs[id], id)
 		}
-		require.Equal(t, without(ids, failed), b.ledgerIDs(t), "each other member's row once, and none of the failed one's")
+		require.Equal(t, without(ids, head), b.ledgerIDs(t), "each other member's row once, and none of the failed one's")
 		require.Equal(t, len(ids), b.rows(t, "wallet-credits"), "the blocker's claim and the others'; the failed member gave its back")
 	})
 
@@ -257,28 +245,43 @@ func TestBatchPipeline(t *testing.T) {
 	// statement: it must see its own row only, and the others must still be applied once each.
 	t.Run("AHeadsSecondStatementSeesNothingOfTheMembersBehindIt", func(t *testing.T) {
 		t.Parallel()
-		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
-		ids := batchIDsOf("second", 8)
-		ib := b.inbox(t, len(ids))
-		var head atomic.Value
-		var othersRan atomic.Bool
 		seen := -1
-		errs := oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
-			id, err := b.record(msg)
-			if err != nil || !head.CompareAndSwap(nil, id) {
-				return nil, err
-			}
-			othersRan.Store(b.log.waitRan(without(ids, id)))
+		b, ids, _, errs := headAfterOthers(t, "second", func(msg *message.Message, b *pipelineBundle) error {
 			tx, _ := pgxinbox.TxFromContext(msg.Context())
-			return nil, tx.QueryRow(msg.Context(), `SELECT count(*) FROM `+b.ledger).Scan(&seen)
+			return tx.QueryRow(msg.Context(), `SELECT count(*) FROM `+b.ledger).Scan(&seen)
 		})
-		require.True(t, othersRan.Load(), "the members behind the head ran their statements before its second one")
 		require.Equal(t, 1, seen, "the head's second statement sees its own row, none of the members' behind it")
 		for _, id := range ids {
 			require.NoError(t, errs[id], id)
 		}
 		require.Equal(t, ids, b.ledgerIDs(t), "every member's row once")
 		require.Equal(t, len(ids)+1, b.rows(t, "wallet-credits"), "the blocker's claim and every member's")
+	})
+
+	// Every member runs two statements: each head's second one would roll back the members behind it, and they
+	// would run again once for every member before them. After the first time the batch goes one member at a
+	// time, so that no member's statement runs more than twice.
+	t.Run("MembersWithTwoStatementsRunTheirFirstAtMostTwice", func(t *testing.T) {
+		t.Parallel()
+		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
+		ids := batchIDsOf("two", 8)
+		errs := oneBatch(t, b.inbox(t, len(ids)), ids, func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.record(msg); err != nil {
+				return nil, err
+			}
+			tx, _ := pgxinbox.TxFromContext(msg.Context())
+			var n int
+			return nil, tx.QueryRow(msg.Context(), `SELECT count(*) FROM `+b.ledger).Scan(&n)
+		})
+		for _, id := range ids {
+			require.NoError(t, errs[id], id)
+		}
+		require.Equal(t, ids, b.ledgerIDs(t), "every member's row once")
+		b.log.mu.Lock()
+		defer b.log.mu.Unlock()
+		for _, id := range ids {
+			require.LessOrEqual(t, b.log.ran[id], 2, "how often %s's statement ran", id)
+		}
 	})
 
 	// One member's INSERT violates the ledger's key (its row is there already). Where its statement fails inside a
@@ -320,6 +323,30 @@ func TestBatchPipeline(t *testing.T) {
 			require.True(t, inTheMiddle, "in some round the failing statement had others behind it in its pipeline")
 		})
 	}
+}
+
+// headAfterOthers runs one batch of 8 members that each record their row. The first to get its answer heads the
+// line: it waits until the statement of every member behind it has run, then returns what then does. It returns the
+// bundle, the members' IDs, the head's, and each member's error.
+func headAfterOthers(t *testing.T, prefix string, then func(*message.Message, *pipelineBundle) error) (
+	b *pipelineBundle, ids []string, head string, errs map[string]error,
+) {
+	t.Helper()
+	b = newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
+	ids = batchIDsOf(prefix, 8)
+	var first atomic.Value
+	var othersRan atomic.Bool
+	errs = oneBatch(t, b.inbox(t, len(ids)), ids, func(msg *message.Message) ([]*message.Message, error) {
+		id, err := b.record(msg)
+		if err != nil || !first.CompareAndSwap(nil, id) {
+			return nil, err
+		}
+		othersRan.Store(b.log.waitRan(without(ids, id)))
+		return nil, then(msg, b)
+	})
+	require.True(t, othersRan.Load(), "the members behind the head ran their statements before it went on")
+	head, _ = first.Load().(string)
+	return b, ids, head, errs
 }
 
 // batchIDsOf returns n event IDs that sort in the order they are numbered.
