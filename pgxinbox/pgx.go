@@ -15,8 +15,9 @@ import (
 //
 // On a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn the inbox does not call BeginTx: it takes a connection and
 // sends BEGIN together with the transaction's first statement, the claim, saving a round trip per message (see
-// deferredTx). The handler's pgx.Tx behaves as pgx's own; a pgx tracer sees BEGIN and the claim as one batch. Any
-// other Beginner's transactions begin as it begins them.
+// deferredTx). The handler's pgx.Tx behaves as pgx's own; a pgx tracer sees BEGIN and the claim as one batch, and
+// in batch mode the members' first statements, each after its savepoint, as batches of several. Any other
+// Beginner's transactions begin as it begins them.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
