@@ -452,8 +452,9 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 		return err
 	}
 	// The savepoint is left as it is, not released: the next member's, of the same name, hides it, and a rollback
-	// goes to the newest. Releasing it would cost a round trip per message and free nothing, since PostgreSQL
-	// keeps a released subtransaction's ID with the transaction anyway.
+	// goes to the newest (a pipelined member's has a name of its own, its seat's). Releasing it would cost a round
+	// trip per message and free nothing, since PostgreSQL keeps a released subtransaction's ID with the
+	// transaction anyway.
 	b.release(t)
 	b.finished(m)
 	return nil
