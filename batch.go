@@ -30,7 +30,9 @@ import (
 //  3. Run the handler at once. Its first use of the transaction waits for the batch's turn (WithBatchConcurrency
 //     batches at a time, in the order they began) and then for the connection, which one handler holds at a
 //     time, and sets its savepoint (on pgx, sent with its first statement); it holds the connection until it
-//     returns. Work before that overlaps the other handlers' and the batches' before it.
+//     returns. Work before that overlaps the other handlers' and the batches' before it. On pgx the members' first
+//     statements go to the server together instead, and each handler gets its answer when the members before it
+//     are done (see Pipelining below).
 //  4. On success, store the produced messages; on an error or a panic, roll back to the savepoint and give the
 //     claim back, so that only this message is nacked, at once.
 //  5. When every handler has finished, the next batch takes the turn, and this one commits once; the handlers that
@@ -274,10 +276,15 @@ type batch struct {
 	tx       driver.Tx
 	ctx      context.Context // the batch's own: no member's context ends it
 
-	conn sync.Mutex // the transaction's one connection: one member at a time
+	conn sync.Mutex // the transaction's one connection: one member at a time (without pipe)
 	// solo is a batch of one: its member needs no savepoint, since a failure rolls back the whole transaction,
 	// which holds nothing else. A lone message so costs what it costs without batching.
 	solo bool
+	// pipe, when the transaction can pipeline (pgx's) and the batch has more than one member, sends the members'
+	// first statements together, and line orders the members on the connection instead of conn.
+	pipe  pipeliner
+	line  line
+	seats atomic.Int32 // members that asked for their native transaction, numbering their savepoints
 
 	ready    chan struct{} // closed when the members may use the connection (formed, passTurn)
 	members  int           // claimed members
@@ -332,6 +339,9 @@ func (q *batchQueue) run(members []*member) {
 	}
 	b := &batch{i: i, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), members: len(claimed), solo: len(claimed) == 1,
 		done: make(chan struct{}), ready: make(chan struct{})}
+	if p, ok := tx.(pipeliner); ok && !b.solo {
+		b.pipe = p
+	}
 	owned := make(map[string]bool, len(claimed))
 	for _, id := range claimed {
 		owned[id] = true
@@ -377,6 +387,9 @@ func (b *batch) end() {
 func (b *batch) apply(m *member) ([]*message.Message, error) {
 	msg, ctx := m.msg, m.msg.Context()
 	t := &memberTx{b: b}
+	if b.pipe != nil {
+		t.wake = make(chan struct{}, 1)
+	}
 	msg.SetContext(withClaim(m.ob.claimed(1), t, m.id))
 	panicked := true
 	defer func() {
@@ -418,7 +431,9 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 		b.finished(m) // nothing to write, and the handler wrote nothing: the connection is not needed
 		return nil
 	}
-	t.hold(raw != nil) // a savepoint around the produced messages, should the database refuse them
+	if raw != nil || !t.pipelined {
+		t.hold(raw != nil) // a savepoint around the produced messages, should the database refuse them
+	}
 	if err == nil && t.err != nil {
 		err = t.err
 	}
@@ -437,9 +452,10 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 		return err
 	}
 	// The savepoint is left as it is, not released: the next member's, of the same name, hides it, and a rollback
-	// goes to the newest. Releasing it would cost a round trip per message and free nothing, since PostgreSQL
-	// keeps a released subtransaction's ID with the transaction anyway.
-	b.conn.Unlock()
+	// goes to the newest (a pipelined member's has a name of its own, its seat's). Releasing it would cost a round
+	// trip per message and free nothing, since PostgreSQL keeps a released subtransaction's ID with the
+	// transaction anyway.
+	b.release(t)
 	b.finished(m)
 	return nil
 }
@@ -456,12 +472,17 @@ func (b *batch) giveBack(m *member, t *memberTx, cause error) {
 // undo rolls back to m's savepoint and deletes its claim, then frees the connection. Called with the connection
 // held. A statement that fails here leaves the transaction unusable, and the whole batch is rolled back.
 func (b *batch) undo(m *member, t *memberTx) {
-	defer b.conn.Unlock()
+	defer b.release(t)
 	t.settle()
 	if b.solo {
 		return // the batch rolls back, having no member that succeeded
 	}
-	if t.savepoint {
+	if t.pipelined {
+		if err := b.rewind(t); err != nil {
+			b.breaks(fmt.Errorf("inbox: roll back to the savepoint of %s/%s: %w", b.consumer, m.id, err))
+			return
+		}
+	} else if t.savepoint {
 		if err := b.i.store.savepoint(b.ctx, b.tx, dialect.RollbackSavepoint); err != nil {
 			b.breaks(fmt.Errorf("inbox: roll back to the savepoint of %s/%s: %w", b.consumer, m.id, err))
 			return
@@ -506,6 +527,22 @@ type memberTx struct {
 	deferred  bool  // the savepoint waits to go with the member's first statement (see deferrer)
 	err       error // setting it failed
 	untouched bool  // the member finished without taking the connection
+
+	// In a batch with a pipe: pipelined is set when the member's first statement went in a pipeline; the other
+	// fields are the line's (guarded by its mu).
+	pipelined bool
+	view      any // the native transaction its handler gets
+	seat      int // names the savepoint of its pipelined statement
+	wake      chan struct{}
+	sql       string // its first statement, while it waits in the line's queue
+	args      []any
+	alone     bool // it waits in the queue to have the connection to itself, not to pipeline a statement
+	sends     bool // it is to send the next pipeline
+	ran       bool // its savepoint and statement ran (spSet: the savepoint is there), with res and resErr
+	spSet     bool
+	res       any
+	resErr    error
+	told      bool // it heads the line and has its answer
 }
 
 // deferrer is a transaction that can hold a statement back and send it with its next one, in one round trip
@@ -534,12 +571,19 @@ func (e deferring) Exec(ctx context.Context, query string, args ...any) (int64, 
 }
 
 // hold takes the connection, once, setting the savepoint if withSavepoint. The connection stays taken until the
-// member's part is settled (keep, undo).
+// member's part is settled (keep, undo). A member whose first statement was pipelined takes it on its next use,
+// rolling back the statements of the members after it (see seize).
 func (t *memberTx) hold(withSavepoint bool) {
+	if t.pipelined {
+		if err := t.b.seize(t, false); err != nil {
+			t.b.breaks(fmt.Errorf("inbox: roll back the batch members after %s: %w", t.b.consumer, err))
+		}
+		return
+	}
 	t.once.Do(func() {
 		t.b.atTurn.Add(1)
 		<-t.b.ready
-		t.b.conn.Lock()
+		t.b.acquire(t)
 		if withSavepoint && !t.b.solo {
 			if d, ok := t.b.tx.(deferrer); ok {
 				t.err = t.b.i.store.savepoint(t.b.ctx, deferring{t.b.tx, d}, dialect.SetSavepoint)
@@ -578,6 +622,12 @@ func (t *memberTx) unused() bool {
 var errBatchTxOwned = errors.New("inbox: the batch's transaction is ended by the inbox, not by a handler")
 
 func (t *memberTx) Native() any {
+	if t.b.pipe != nil {
+		if t.view == nil {
+			t.view = t.b.pipe.MemberView(t.first, func() { t.hold(true) })
+		}
+		return t.view
+	}
 	t.hold(true)
 	return t.b.tx.Native()
 }
@@ -599,3 +649,275 @@ func (t *memberTx) Query(ctx context.Context, query string, args ...any) (driver
 
 func (t *memberTx) Commit(context.Context) error   { return errBatchTxOwned }
 func (t *memberTx) Rollback(context.Context) error { return errBatchTxOwned }
+
+// Pipelining (over pgx): the members' first statements, each behind a savepoint of its own, go to the server
+// together, in one round trip, whenever the connection frees and several wait; a batch of zero-work handlers so
+// costs about three round trips (BEGIN and the claim; the members' statements; COMMIT) instead of one per member.
+// The members take their places in the transaction in the order their statements ran (the line's order). The rules
+// that keep every handler seeing what it would have seen with the members one after another:
+//
+//   - A member's answer is withheld until it heads the line: every member before it has returned from its handler
+//     and settled its part. No handler so acts on the effect of a member that may still roll back.
+//   - A statement of the head after its first (a second statement, its produced messages, any use that is not a
+//     statement with arguments), and the rollback of a head that failed, first rolls back to the savepoint of the
+//     member after it: the later members' statements, which ran before this one, are undone before their handlers
+//     saw anything, and are sent again after it. The head so never sees or builds on the effect of a later member.
+//     The head then has the connection to itself until it leaves the line, and nothing is pipelined meanwhile.
+//   - A pipelined statement that fails aborts the transaction and the statements after it in the pipeline, which
+//     did not run and wait to be sent again. Nothing is sent until the member whose statement failed has left the
+//     line, rolled back to its savepoint (or not: then the transaction stays failed, as without pipelining).
+//   - A first use other than a statement with arguments waits to head the line with no member after it, and then
+//     takes the connection to itself, as without pipelining; the members behind it in the queue wait for it.
+//   - Once a head's later statement has rolled back the members behind it, the batch stops pipelining: its
+//     handlers run more than one statement, or produce messages, and each head would otherwise undo and re-send
+//     all the members behind it. The members then go one after another, as without pipelining.
+//
+// A member whose handler never runs a statement takes no place in the line. The pipeline runs on the batch's
+// context, as its commit does: a member's own context does not cancel the statements of the others.
+
+// pipeliner is a transaction that runs several batch members' first statements in one round trip, each after a
+// savepoint of its own (pgxinbox's).
+type pipeliner interface {
+	// ExecPipelined runs, in one round trip and in order, for each k a savepoint named after seats[k] and then
+	// sqls[k] with args[k]; it sets results[k] and errs[k] to the statement's outcome, and returns how many
+	// savepoints were set: after a statement that fails nothing more runs, so that one's is the last. An error of
+	// its own means that the transaction can no longer be trusted.
+	ExecPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error)
+	// RollbackToSeat rolls back to the newest savepoint ExecPipelined set for seat.
+	RollbackToSeat(ctx context.Context, seat int) error
+	// MemberView returns the native transaction a member's handler gets. Its statements with arguments call first,
+	// which runs one (ran) when it is the member's first; every other use calls take first.
+	MemberView(first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) any
+}
+
+// line orders the members of a pipelining batch on its connection.
+type line struct {
+	mu       sync.Mutex
+	order    []*memberTx // members whose statements ran or are running, in that order; the first is the head
+	queue    []*memberTx // members that wait to send their first statement or to take the connection, in order
+	busy     bool        // a pipeline is on the connection, or holder has it
+	holder   *memberTx   // the head, which has the connection to itself until it leaves the line
+	claimant *memberTx   // the head, waiting for a pipeline to end to take the connection
+	failed   *memberTx   // its pipelined statement failed: nothing is sent until it leaves the line
+	// serial: a head's later statement rolled back the members behind it. Its handlers are of the kind that runs
+	// more than one statement (or produces messages): the members now go one after another, each sent when the
+	// line is empty, so that the batch pays for that rollback, and the statements run again, once only.
+	serial bool
+
+	// What the sender of a pipeline hands the transaction, reused: only one pipeline is on the connection.
+	seats   []int
+	sqls    []string
+	args    [][]any
+	results []any
+	errs    []error
+}
+
+func (t *memberTx) signal() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitUntil waits, with the line's mu held, until done reports true; it also sends a pipeline when t is told to.
+func (b *batch) waitUntil(t *memberTx, done func() bool) {
+	for !done() {
+		if t.sends {
+			t.sends = false
+			b.send()
+			continue
+		}
+		b.line.mu.Unlock()
+		<-t.wake
+		b.line.mu.Lock()
+	}
+}
+
+// next lets whoever may go on: the head, once its answer is in; then, when nothing is on the connection, the head
+// that waits for it, or the first of the queue. Called with the line's mu held.
+func (l *line) next() {
+	if len(l.order) > 0 {
+		if h := l.order[0]; h.ran && !h.told {
+			h.told = true
+			h.signal()
+		}
+	}
+	if l.busy {
+		return
+	}
+	if c := l.claimant; c != nil {
+		l.claimant, l.busy, l.holder = nil, true, c
+		c.signal()
+		return
+	}
+	if l.failed != nil || len(l.queue) == 0 {
+		return
+	}
+	switch t := l.queue[0]; {
+	case !t.alone && (!l.serial || len(l.order) == 0):
+		l.busy, t.sends = true, true
+		t.signal()
+	case len(l.order) == 0:
+		l.queue = slices.Delete(l.queue, 0, 1)
+		l.order = append(l.order, t)
+		l.busy, l.holder = true, t
+		t.signal()
+	}
+}
+
+// first runs sql as the member's first statement, in a pipeline with the others' (ran), and returns its outcome
+// once the member heads the line. It does nothing when the member already used the transaction.
+func (t *memberTx) first(_ context.Context, sql string, args []any) (res any, ran bool, err error) {
+	t.once.Do(func() { ran, t.pipelined = true, true })
+	if !ran {
+		return nil, false, nil
+	}
+	b := t.b
+	b.atTurn.Add(1)
+	<-b.ready
+	t.seat = int(b.seats.Add(1))
+	l := &b.line
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.sql, t.args = sql, args
+	l.queue = append(l.queue, t)
+	l.next()
+	b.waitUntil(t, func() bool { return t.told })
+	return t.res, true, t.resErr
+}
+
+// send sends the statements of the members first in the queue, up to one that waits to take the connection, in
+// one pipeline, and records how each went. Called with the line's mu held and busy set for it; it unlocks mu
+// while the pipeline is on the connection.
+func (b *batch) send() {
+	l := &b.line
+	n := 0
+	for n < len(l.queue) && !l.queue[n].alone && (n == 0 || !l.serial) {
+		n++
+	}
+	sent := slices.Clone(l.queue[:n])
+	l.queue = slices.Delete(l.queue, 0, n)
+	l.order = append(l.order, sent...)
+	l.seats, l.sqls, l.args = l.seats[:0], l.sqls[:0], l.args[:0]
+	for _, t := range sent {
+		l.seats, l.sqls, l.args = append(l.seats, t.seat), append(l.sqls, t.sql), append(l.args, t.args)
+	}
+	l.results, l.errs = slices.Grow(l.results[:0], n)[:n], slices.Grow(l.errs[:0], n)[:n]
+	l.mu.Unlock()
+	set, err := b.pipe.ExecPipelined(b.ctx, l.seats, l.sqls, l.args, l.results, l.errs)
+	l.mu.Lock()
+	l.busy = false
+	if err != nil {
+		err = fmt.Errorf("inbox: pipeline the statements of %d members of a batch of %s: %w", n, b.consumer, err)
+		b.breaks(err)
+	}
+	for k, t := range sent {
+		switch {
+		case err != nil:
+			t.ran, t.resErr = true, err
+		case k < set:
+			t.ran, t.spSet, t.res, t.resErr = true, true, l.results[k], l.errs[k]
+			if t.resErr != nil {
+				l.failed = t
+			}
+		}
+	}
+	if err == nil {
+		l.requeue(sent[set:])
+	}
+	clear(l.args)
+	clear(l.results)
+	clear(l.errs)
+	l.next()
+}
+
+// requeue puts members whose statements were rolled back, or never ran, first in the queue again, in their order.
+// Called with mu held.
+func (l *line) requeue(ms []*memberTx) {
+	if len(ms) == 0 {
+		return
+	}
+	for _, t := range ms {
+		t.ran, t.spSet, t.res, t.resErr = false, false, nil, nil
+		if l.failed == t {
+			l.failed = nil
+		}
+	}
+	l.order = slices.DeleteFunc(l.order, func(t *memberTx) bool { return slices.Contains(ms, t) })
+	l.queue = slices.Insert(l.queue, 0, ms...)
+}
+
+// seize gives the head t the connection to itself, until it leaves the line, and rolls back the statements of the
+// members after it (with self, its own too), which go to the queue again.
+func (b *batch) seize(t *memberTx, self bool) error {
+	l := &b.line
+	l.mu.Lock()
+	switch {
+	case l.holder == t:
+	case l.busy:
+		l.claimant = t
+		b.waitUntil(t, func() bool { return l.holder == t })
+	default:
+		l.busy, l.holder = true, t
+	}
+	var undone []*memberTx
+	if from := slices.Index(l.order, t); from >= 0 {
+		if !self {
+			from++
+		}
+		undone = slices.Clone(l.order[from:])
+	}
+	l.mu.Unlock()
+	if len(undone) == 0 || !undone[0].spSet {
+		return nil // nothing after it ran, or its pipeline broke the transaction: the batch rolls back
+	}
+	err := b.pipe.RollbackToSeat(b.ctx, undone[0].seat)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.serial = l.serial || !self
+	l.requeue(slices.DeleteFunc(undone, func(u *memberTx) bool { return u == t }))
+	return err
+}
+
+// rewind rolls the pipelined member t back to its savepoint, with the members after it, whose statements are sent
+// again. Called when t holds the connection.
+func (b *batch) rewind(t *memberTx) error {
+	if !t.spSet {
+		return t.resErr // its pipeline broke the transaction: the batch rolls back
+	}
+	return b.seize(t, true)
+}
+
+// acquire takes the connection for t, the member's first use of the transaction that is not pipelined.
+func (b *batch) acquire(t *memberTx) {
+	if b.pipe == nil {
+		b.conn.Lock()
+		return
+	}
+	l := &b.line
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.alone = true
+	l.queue = append(l.queue, t)
+	l.next()
+	b.waitUntil(t, func() bool { return l.holder == t })
+}
+
+// release frees the connection once t's part is settled; with a pipe, t leaves the line and the next member heads it.
+func (b *batch) release(t *memberTx) {
+	if b.pipe == nil {
+		b.conn.Unlock()
+		return
+	}
+	l := &b.line
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holder == t {
+		l.holder, l.busy = nil, false
+	}
+	l.order = slices.DeleteFunc(l.order, func(u *memberTx) bool { return u == t })
+	if l.failed == t {
+		l.failed = nil
+	}
+	l.next()
+}

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/effectively-once/watermill-inbox"
 )
 
 // deferredTx is a pgx transaction whose BEGIN waits for the transaction's first statement and goes to the server
@@ -59,6 +61,8 @@ type deferredTx struct {
 	queued [3]pgx.QueuedQuery
 	queue  [3]*pgx.QueuedQuery
 	first  firstRow
+
+	pipe pgx.Batch // the batch members' first statements (execPipelined)
 }
 
 // deferredState is where a held-back statement is.
@@ -619,3 +623,135 @@ var largeObjectsLayoutKnown = func() bool {
 	lo, ours := reflect.TypeFor[pgx.LargeObjects](), reflect.TypeFor[largeObjectsLayout]()
 	return lo.NumField() == 1 && lo.Field(0).Type == reflect.TypeFor[pgx.Tx]() && lo.Size() == ours.Size()
 }()
+
+// Savepoints of batch members whose first statements go in one pipeline (see inbox's batch.go), one name per seat
+// in the batch, so that a rollback reaches one member's. The names are few and fixed: in the statement cache,
+// each is prepared once per connection.
+const memberSavepointPrefix = "inbox_member_"
+
+var memberSavepointSQL, memberRollbackSQL = func() (set, rollback [inbox.MaxBatchSize + 1]string) {
+	for seat := range set {
+		set[seat] = "savepoint " + memberSavepointPrefix + strconv.Itoa(seat)
+		rollback[seat] = "rollback to savepoint " + memberSavepointPrefix + strconv.Itoa(seat)
+	}
+	return set, rollback
+}()
+
+func memberSavepoint(seat int, names *[inbox.MaxBatchSize + 1]string, verb string) string {
+	if seat >= 0 && seat < len(names) {
+		return names[seat]
+	}
+	return verb + memberSavepointPrefix + strconv.Itoa(seat)
+}
+
+// execPipelined runs, in one batch, for each k the savepoint of seats[k] and then sqls[k] with args[k], and reads
+// their answers: see inbox's pipeliner. A statement's PostgreSQL error is its own; the batch's other errors (one
+// of a savepoint, a broken connection) are returned.
+func (t *deferredTx) execPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error) {
+	if err := t.ensureBegun(ctx); err != nil {
+		return 0, err
+	}
+	t.pipe.QueuedQueries = t.pipe.QueuedQueries[:0]
+	for k := range sqls {
+		t.pipe.Queue(memberSavepoint(seats[k], &memberSavepointSQL, "savepoint "))
+		t.pipe.Queue(sqls[k], args[k]...)
+	}
+	br := t.conn.SendBatch(ctx, &t.pipe)
+	for k := range sqls {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+		set++
+		var tag pgconn.CommandTag
+		tag, errs[k] = br.Exec()
+		results[k] = tag
+		if errs[k] != nil {
+			if pgErr := (*pgconn.PgError)(nil); !errors.As(errs[k], &pgErr) {
+				err = errs[k]
+			}
+			break
+		}
+	}
+	cerr := br.Close() // after a statement's error, that error again
+	if err == nil && (set == 0 || errs[set-1] == nil) && cerr != nil {
+		err = cerr
+	}
+	clear(t.pipe.QueuedQueries)
+	return set, err
+}
+
+// rollbackToSeat rolls back to the newest savepoint of seat.
+func (t *deferredTx) rollbackToSeat(ctx context.Context, seat int) error {
+	_, err := t.conn.Exec(ctx, memberSavepoint(seat, &memberRollbackSQL, "rollback to savepoint "))
+	return err
+}
+
+// memberView is the pgx.Tx of a batch member's handler when the batch pipelines its members' first statements:
+// a statement with arguments goes through first, which pipelines it if it is the member's first; any other use
+// calls take first, which gives the member the connection to itself (see inbox's batch.go).
+type memberView struct {
+	tx    *deferredTx
+	first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error)
+	take  func()
+}
+
+var _ pgx.Tx = (*memberView)(nil)
+
+func (v *memberView) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if carriesBegin(args) {
+		if res, ran, err := v.first(ctx, sql, args); ran {
+			tag, _ := res.(pgconn.CommandTag)
+			return tag, err
+		}
+	}
+	v.take()
+	return v.tx.Exec(ctx, sql, args...)
+}
+
+func (v *memberView) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	v.take()
+	return v.tx.Query(ctx, sql, args...)
+}
+
+func (v *memberView) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	v.take()
+	return v.tx.QueryRow(ctx, sql, args...)
+}
+
+func (v *memberView) Begin(ctx context.Context) (pgx.Tx, error) {
+	v.take()
+	return v.tx.Begin(ctx)
+}
+
+func (v *memberView) Commit(ctx context.Context) error {
+	v.take()
+	return v.tx.Commit(ctx)
+}
+
+func (v *memberView) Rollback(ctx context.Context) error {
+	v.take()
+	return v.tx.Rollback(ctx)
+}
+
+func (v *memberView) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	v.take()
+	return v.tx.SendBatch(ctx, b)
+}
+
+func (v *memberView) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	v.take()
+	return v.tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (v *memberView) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	v.take()
+	return v.tx.Prepare(ctx, name, sql)
+}
+
+// LargeObjects runs its calls through the view's Exec and QueryRow.
+func (v *memberView) LargeObjects() pgx.LargeObjects { return largeObjects(v) }
+
+func (v *memberView) Conn() *pgx.Conn {
+	v.take()
+	return v.tx.conn
+}

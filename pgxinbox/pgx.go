@@ -15,8 +15,9 @@ import (
 //
 // On a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn the inbox does not call BeginTx: it takes a connection and
 // sends BEGIN together with the transaction's first statement, the claim, saving a round trip per message (see
-// deferredTx). The handler's pgx.Tx behaves as pgx's own; a pgx tracer sees BEGIN and the claim as one batch. Any
-// other Beginner's transactions begin as it begins them.
+// deferredTx). The handler's pgx.Tx behaves as pgx's own; a pgx tracer sees BEGIN and the claim as one batch, and
+// in batch mode the members' first statements, each after its savepoint, as batches of several. Any other
+// Beginner's transactions begin as it begins them.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
@@ -136,6 +137,22 @@ func (t *deferredView) DeferExec(query string) { t.tx().deferExec(query) }
 
 // EndDeferred reports whether the statement DeferExec held back ran, and how; one still held back is dropped.
 func (t *deferredView) EndDeferred() (ran bool, err error) { return t.tx().endDeferred() }
+
+// ExecPipelined runs several batch members' first statements in one round trip, each after a savepoint of its
+// own (see deferredTx.execPipelined).
+func (t *deferredView) ExecPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (int, error) {
+	return t.tx().execPipelined(ctx, seats, sqls, args, results, errs)
+}
+
+// RollbackToSeat rolls back to the newest savepoint ExecPipelined set for seat.
+func (t *deferredView) RollbackToSeat(ctx context.Context, seat int) error {
+	return t.tx().rollbackToSeat(ctx, seat)
+}
+
+// MemberView returns the pgx.Tx of a batch member's handler, whose statements go through first and take.
+func (t *deferredView) MemberView(first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) any {
+	return &memberView{tx: t.tx(), first: first, take: take}
+}
 
 // firstRowView is the inbox's view of the row of a transaction's first statement.
 type firstRowView firstRow
