@@ -42,7 +42,7 @@ import (
 // applyBatched applies msg in the batch that claims it, or alone when none does.
 func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	q := i.queueOf(consumer)
-	if q.takeAlone() {
+	if q.takeAlone(id) {
 		// A lone message: it goes as without batching, on the slot of a batch, so that what arrives meanwhile
 		// forms the next batch. A batch of one would cost the same round trips and more hand-offs.
 		defer q.endedAlone()
@@ -98,10 +98,14 @@ type batchQueue struct {
 	using   int
 	gated   []*batch
 	forming bool // a batch is claiming its messages: the messages that arrive meanwhile go in the next
-	held    bool // no batch begins (tests hold the queue to gather a batch)
-	timer   *time.Timer
-	timerN  int  // which arming of the timer is current, so that a stale firing does nothing
-	waited  bool // the current wait to fill a batch is over
+	// alone is the ID of the lone message that runs (takeAlone), if one does. Its copies wait for it to end: a
+	// batch that claimed one first would hold the row the lone message's claim waits for, while it waits for the
+	// turn the lone message holds, and neither would ever go on. IDs are never empty.
+	alone  string
+	held   bool // no batch begins (tests hold the queue to gather a batch)
+	timer  *time.Timer
+	timerN int  // which arming of the timer is current, so that a stale firing does nothing
+	waited bool // the current wait to fill a batch is over
 }
 
 func (q *batchQueue) add(m *member) {
@@ -113,7 +117,7 @@ func (q *batchQueue) add(m *member) {
 
 // takeAlone takes a slot for a message that arrives when nothing runs and nothing waits, and lets it use the
 // connection at once.
-func (q *batchQueue) takeAlone() bool {
+func (q *batchQueue) takeAlone(id string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.running > 0 || len(q.pending) > 0 || q.held {
@@ -121,6 +125,7 @@ func (q *batchQueue) takeAlone() bool {
 	}
 	q.running++
 	q.using++
+	q.alone = id
 	return true
 }
 
@@ -166,10 +171,14 @@ func (q *batchQueue) startReady() {
 			q.timer.Stop()
 			q.timer = nil
 		}
+		members := q.take(size)
+		if len(members) == 0 {
+			return // only copies of the lone message's ID wait: they go when it has ended
+		}
 		q.waited = false
 		q.running++
 		q.forming = true
-		go q.run(q.take(size))
+		go q.run(members)
 	}
 }
 
@@ -185,13 +194,14 @@ func (q *batchQueue) fill(n int) {
 }
 
 // take removes up to size members with distinct IDs from pending, oldest first. A second copy of an ID stays for
-// a later batch: within one transaction it would only find its own copy's claim.
+// a later batch: within one transaction it would only find its own copy's claim. So does a copy of the lone
+// message's ID (see alone).
 func (q *batchQueue) take(size int) []*member {
 	taken := make([]*member, 0, min(size, len(q.pending)))
 	seen := make(map[string]bool, cap(taken))
 	rest := q.pending[:0]
 	for _, m := range q.pending {
-		if len(taken) < size && !seen[m.id] {
+		if len(taken) < size && !seen[m.id] && m.id != q.alone {
 			seen[m.id] = true
 			taken = append(taken, m)
 			continue
@@ -253,6 +263,7 @@ func (q *batchQueue) endedAlone() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.running--
+	q.alone = ""
 	q.passTurn()
 	q.startReady()
 }
