@@ -419,7 +419,7 @@ func throughputCommand(ctx context.Context, args []string) error {
 	cf.env.Accounts = throughputAccounts
 	fs.Lookup("accounts").DefValue = strconv.Itoa(throughputAccounts)
 	c := throughputConfig{Batch: defaultBatch}
-	transports := fs.String("transports", joinTransports(throughputTransports), "transports to measure, comma-separated (kafka, gochannel, amqp)")
+	transports := fs.String("transports", joinTransports(throughputTransports), "transports to measure, comma-separated (kafka, gochannel, amqp, and kafka-pgx: kafka with the consumer on pgx v5)")
 	variants := fs.String("variants", "after-db,inbox,batch,batch-pgx", "variants to measure, comma-separated; after-db-sync runs over kafka only")
 	inFlight := fs.String("in-flight", "1,8,32,64", "messages in flight, comma-separated; each is a row of the tables (for kafka, the topic's partitions)")
 	sleeps := fs.String("sleeps", "0s,10ms", "handler work per message before its first statement, comma-separated; 0s is the zero-work handler")
