@@ -536,7 +536,11 @@ func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, con
 }
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(literally(tx).QueryRow(ctx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
+	query, args := pg.sql(p.Table).claimSQL, []any{p.ConsumerID, p.ID, stateCode(p.State)}
+	if row, ok := preparedRow(ctx, tx, query, args); ok {
+		return scanTrue(row)
+	}
+	return scanTrue(literally(tx).QueryRow(ctx, query, args...))
 }
 
 // batchKey names the batch claim of one table for one number of IDs.

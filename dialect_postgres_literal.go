@@ -2,10 +2,14 @@ package inbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -21,6 +25,74 @@ import (
 // whatever standard_conforming_strings says, with every backslash and quote doubled. A value no literal can carry
 // exactly (a string with a NUL byte, which a simple query cannot hold, or that is not UTF-8; a type not listed
 // in literal) sends the statement with its arguments, as before, so that the server judges it as before.
+
+// The claim, which every message sends, goes further when the transaction can tell its connection
+// (driver.SessionState): the dialect prepares it once on the connection's session with SQL's PREPARE, and then
+// sends EXECUTE with the literals, still one simple query, which the server neither parses nor plans anew. Here
+// that saves about a twelfth of a message's time with a one-statement handler. The PREPARE goes in the first
+// transaction that needs it, and stays on the session whatever that transaction's end. Each connection's name for
+// it is its own, random, so that no session runs a statement some other connection prepared on it, for another
+// table or search_path, even behind a pooler that shares sessions among connections. Behind a pooler in
+// transaction mode a later transaction can find a session without it: that EXECUTE fails, the pool stops
+// preparing (SessionLost), and the claim is made again, in a new transaction, with literals (errSessionLost).
+
+// errSessionLost is a claim that failed because its prepared statement was not on the session it reached: the
+// transaction is aborted before the handler ran, and the message can go again at once, with literals.
+var errSessionLost = errors.New("the prepared claim was not on the connection's session")
+
+// preparedRow runs query, with args as literals, as a statement prepared on the session of ex's connection, when
+// ex keeps notes on its session and every argument has a literal; otherwise it reports false.
+func preparedRow(ctx context.Context, ex driver.Executor, query string, args []any) (driver.Row, bool) {
+	s, ok := ex.(driver.SessionState)
+	if !ok {
+		return nil, false
+	}
+	notes := s.Session()
+	if notes == nil {
+		return nil, false
+	}
+	lits := make([]string, len(args))
+	for n, a := range args {
+		if lits[n], ok = literal(a); !ok {
+			return nil, false
+		}
+	}
+	name, known := notes.Load(query)
+	if !known {
+		name = fmt.Sprintf("watermill_inbox_%016x", rand.Uint64())
+		if _, err := ex.Exec(ctx, "PREPARE "+name.(string)+" AS "+query); err != nil {
+			return errRow{sessionLost(s, err)}, true
+		}
+		notes.Store(query, name)
+	}
+	return lostRow{ex.QueryRow(ctx, "EXECUTE "+name.(string)+"("+strings.Join(lits, ", ")+")"), s}, true
+}
+
+// sessionLost turns err, when it says that the session lacked a prepared statement or already had its name, into
+// errSessionLost, and tells s to keep no more notes.
+func sessionLost(s driver.SessionState, err error) error {
+	if Postgres.Classify(err) != dialect.StatementMissing {
+		return err
+	}
+	s.SessionLost()
+	return fmt.Errorf("%w: %w", errSessionLost, err)
+}
+
+type lostRow struct {
+	driver.Row
+	s driver.SessionState
+}
+
+func (r lostRow) Scan(dest ...any) error {
+	if err := r.Row.Scan(dest...); err != nil {
+		return sessionLost(r.s, err)
+	}
+	return nil
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // literally returns ex, or, when ex's library pays a round trip for arguments, ex with its arguments inlined.
 func literally(ex driver.Executor) driver.Executor {

@@ -59,8 +59,18 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 // applyOwn applies msg in a transaction of its own: begin, claim, run h, commit.
 func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
-	ctx := msg.Context()
 	ob := i.observe(msg, consumer, id, ModeTransaction)
+	produced, err := i.applyOwnOnce(msg, consumer, id, h, ob)
+	if errors.Is(err, errSessionLost) { // before h ran; the claim goes with literals from now on
+		i.cfg.logger.Info("Inbox stops preparing its claim: a connection's session lacked it (a pooler in transaction mode?)",
+			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
+		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
+	}
+	return produced, err
+}
+
+func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
+	ctx := msg.Context()
 	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
@@ -76,6 +86,9 @@ func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.Ha
 	produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback() // before any wait of settle's, so the claim's lock is not held through it
+		if errors.Is(err, errSessionLost) {
+			return nil, err
+		}
 		err = i.settle(msg, consumer, err)
 		ob.finish(err)
 		return produced, err

@@ -6,18 +6,29 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"reflect"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"weak"
 )
 
 // StdSQL returns a Pool over db, for any database/sql driver.
-func StdSQL(db *sql.DB) Pool { return stdPool{db: db, literal: db != nil && isLibpq(db.Driver())} }
+func StdSQL(db *sql.DB) Pool {
+	p := stdPool{db: db, literal: db != nil && isLibpq(db.Driver())}
+	if p.literal {
+		p.sessions = &sessions{}
+	}
+	return p
+}
 
 // StdSQLTx returns a Tx over tx, a transaction someone else began and will end: the inbox only runs statements on
 // it (watermill-sql's subscriber transaction, for one).
 func StdSQLTx(tx *sql.Tx) Tx { return stdTx{tx: tx} }
 
 type stdPool struct {
-	db      *sql.DB
-	literal bool // its transactions' LiteralArgs
+	db       *sql.DB
+	literal  bool      // its transactions' LiteralArgs
+	sessions *sessions // its connections' SessionState, or nil
 }
 
 // isLibpq reports whether d is lib/pq's driver, found by its type so that this package need not import it.
@@ -35,20 +46,93 @@ func (p stdPool) Begin(ctx context.Context, opts TxOptions) (Tx, error) {
 	if opts.ReadCommitted {
 		o.Isolation = sql.LevelReadCommitted
 	}
-	tx, err := p.db.BeginTx(ctx, o)
-	if err != nil {
-		return nil, err
+	if p.sessions == nil || p.sessions.lost.Load() {
+		tx, err := p.db.BeginTx(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return stdTx{tx: tx, literal: p.literal}, nil
 	}
-	return stdTx{tx: tx, literal: p.literal}, nil
+	return p.beginOnConn(ctx, o)
+}
+
+// beginOnConn begins a transaction on a connection taken from the pool for it, so that the transaction can tell
+// which connection it has (SessionState). The connection goes back when the transaction ends. A connection that
+// turns out broken at BEGIN is thrown away and another taken, as database/sql's BeginTx does.
+func (p stdPool) beginOnConn(ctx context.Context, o *sql.TxOptions) (Tx, error) {
+	for tries := 1; ; tries++ {
+		conn, err := p.db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var session *sync.Map
+		if err := conn.Raw(func(dc any) error { session = p.sessions.of(dc); return nil }); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		tx, err := conn.BeginTx(ctx, o)
+		if err == nil {
+			return stdTx{tx: tx, literal: p.literal, conn: conn, session: session, sessions: p.sessions}, nil
+		}
+		_ = conn.Close()
+		if !errors.Is(err, sqldriver.ErrBadConn) || tries == 3 {
+			return nil, err
+		}
+	}
+}
+
+// sessions holds what the dialect noted about each connection of one pool (SessionState), for as long as the
+// connection lives: an entry goes when its connection has been closed and collected.
+type sessions struct {
+	m    sync.Map // weak.Pointer[byte] to a driver connection -> *sync.Map
+	lost atomic.Bool
+}
+
+// of returns the notes on the driver connection dc, or nil when dc is not a pointer. dc is known by its address:
+// the weak pointer is to its first byte, which keeps nothing alive and names dc whatever its type.
+func (s *sessions) of(dc any) *sync.Map {
+	v := reflect.ValueOf(dc)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return nil
+	}
+	first := (*byte)(v.UnsafePointer())
+	key := weak.Make(first)
+	if m, ok := s.m.Load(key); ok {
+		return m.(*sync.Map)
+	}
+	m, loaded := s.m.LoadOrStore(key, &sync.Map{})
+	if !loaded {
+		runtime.AddCleanup(first, func(k weak.Pointer[byte]) { s.m.Delete(k) }, key)
+	}
+	return m.(*sync.Map)
 }
 
 type stdTx struct {
 	tx      *sql.Tx
 	literal bool
+	// Over lib/pq: the connection the transaction holds, given back when it ends, and the notes on its session.
+	conn     *sql.Conn
+	session  *sync.Map
+	sessions *sessions
 }
 
 // LiteralArgs is true over lib/pq (see LiteralArgs).
 func (t stdTx) LiteralArgs() bool { return t.literal }
+
+// Session is the notes on the transaction's connection, over lib/pq until SessionLost (see SessionState).
+func (t stdTx) Session() *sync.Map {
+	if t.sessions == nil || t.sessions.lost.Load() {
+		return nil
+	}
+	return t.session
+}
+
+// SessionLost turns the notes off for every connection of the pool (see SessionState).
+func (t stdTx) SessionLost() {
+	if t.sessions != nil {
+		t.sessions.lost.Store(true)
+	}
+}
 
 func (t stdTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := t.tx.ExecContext(ctx, query, args...)
@@ -71,9 +155,17 @@ func (t stdTx) Query(ctx context.Context, query string, args ...any) (Rows, erro
 }
 
 // Commit and Rollback take no context: database/sql ties the transaction to the context it began with.
-func (t stdTx) Commit(context.Context) error   { return txDone(t.tx.Commit()) }
-func (t stdTx) Rollback(context.Context) error { return txDone(t.tx.Rollback()) }
+func (t stdTx) Commit(context.Context) error   { return t.end(t.tx.Commit()) }
+func (t stdTx) Rollback(context.Context) error { return t.end(t.tx.Rollback()) }
 func (t stdTx) Native() any                    { return t.tx }
+
+// end gives the transaction's connection back to the pool, when it took one of its own.
+func (t stdTx) end(err error) error {
+	if t.conn != nil {
+		_ = t.conn.Close() // a second call, after the transaction ended, does nothing
+	}
+	return txDone(err)
+}
 
 func txDone(err error) error {
 	if errors.Is(err, sql.ErrTxDone) {

@@ -1,0 +1,128 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
+)
+
+// preparedClaims reports, for the one connection db may open, how many statements the inbox prepared on its session
+// and how often they ran.
+func preparedClaims(t testing.TB, db *sql.DB) (statements, runs int) {
+	t.Helper()
+	require.Equal(t, 1, db.Stats().MaxOpenConnections, "the statements are those of one connection's session")
+	require.NoError(t, db.QueryRow(`SELECT count(*), coalesce(sum(generic_plans + custom_plans), 0)
+		FROM pg_prepared_statements WHERE name LIKE 'watermill\_inbox\_%'`).Scan(&statements, &runs))
+	return statements, runs
+}
+
+// Over lib/pq the claim is prepared once on each connection's session and then run by name: the server neither
+// parses nor plans it again.
+func TestLibpq_TheClaimIsPreparedOnceOnEachConnection(t *testing.T) {
+	b := newBundle(t)
+	b.db.SetMaxOpenConns(1)
+	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := ib.Middleware(b.credit(1, &calls))
+	for round := range 2 { // the second round is all copies: their claims run the statement too
+		for n := range 12 {
+			_, err := h(newMsg("evt-" + strconv.Itoa(n)))
+			require.NoError(t, err, "round %d, message %d", round, n)
+		}
+	}
+	statements, runs := preparedClaims(t, b.db)
+	require.Equal(t, 1, statements)
+	require.Equal(t, 24, runs, "every claim ran the prepared statement")
+	require.EqualValues(t, 12, calls.Load())
+	require.Equal(t, 12, b.balance(t))
+}
+
+// A session that lost the prepared claim (here the application deallocated it; behind a pooler in transaction mode
+// the connection reached another session) costs the message nothing: its claim is made again with literals, before
+// its handler runs, and the inbox prepares no more.
+func TestLibpq_AClaimWhoseSessionLostItsStatementIsMadeAgainWithLiterals(t *testing.T) {
+	b := newBundle(t)
+	b.db.SetMaxOpenConns(1)
+	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := ib.Middleware(b.credit(1, &calls))
+	_, err = h(newMsg("before"))
+	require.NoError(t, err)
+	statements, _ := preparedClaims(t, b.db)
+	require.Equal(t, 1, statements)
+
+	_, err = b.db.Exec(`DEALLOCATE ALL`)
+	require.NoError(t, err)
+	for n := range 5 {
+		_, err := h(newMsg("after-" + strconv.Itoa(n)))
+		require.NoError(t, err, "message %d", n)
+	}
+	_, err = h(newMsg("before"))
+	require.NoError(t, err, "a copy")
+	require.EqualValues(t, 6, calls.Load(), "each message's handler ran once")
+	require.Equal(t, 6, b.balance(t))
+	require.Equal(t, 6, b.rows(t, "wallet-credits"))
+	statements, _ = preparedClaims(t, b.db)
+	require.Zero(t, statements, "the inbox prepares no more")
+	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
+}
+
+// Behind pgbouncer in transaction mode a client connection's transactions reach whichever server session is free,
+// and a claim prepared in one is missing from the next: every message is still applied once, none fails, and the
+// inbox goes on with literals.
+func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	proxied := openVia(t, "postgres", inboxtest.StartPgbouncer(t, testDSN(), "postgres"))
+	proxied.SetMaxOpenConns(2 * inboxtest.PgbouncerPoolSize)
+	ib, err := inbox.New(proxied, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+	require.NoError(t, err)
+	var calls atomic.Int64
+	effect := `UPDATE ` + b.accounts + ` SET balance = balance + $1 WHERE id = 1`
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		tx, _ := inbox.TxFromContext(msg.Context())
+		_, err := tx.ExecContext(msg.Context(), effect, 1)
+		return nil, err
+	})
+	const workers, each = 8, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range each {
+				id := "evt-" + strconv.Itoa(w) + "-" + strconv.Itoa(n)
+				for range 2 { // and a copy
+					if _, err := h(newMsg(id)); err != nil {
+						errs <- err
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, workers*each, calls.Load(), "each message's handler ran once, and no copy's")
+	require.Equal(t, workers*each, b.balance(t))
+	require.Equal(t, workers*each, b.rows(t, "wallet-credits"))
+	require.NotEmpty(t, b.logs.find("Inbox stops preparing its claim"), "a session lacked the claim")
+	var left int
+	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM `+b.table+`_view`).Scan(&left))
+	require.Equal(t, workers*each, left)
+}
