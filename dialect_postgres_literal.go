@@ -36,8 +36,9 @@ import (
 // transaction mode a later transaction can find a session without it: that EXECUTE fails, the pool stops
 // preparing (SessionLost), and the claim is made again, in a new transaction, with literals (errSessionLost).
 
-// errSessionLost is a claim that failed because its prepared statement was not on the session it reached: the
-// transaction is aborted before the handler ran, and the message can go again at once, with literals.
+// errSessionLost is a claim that failed because its prepared statement was not on the session it reached, or no
+// longer fits its table: the transaction is aborted before the handler ran, and the message can go again at once,
+// with literals.
 var errSessionLost = errors.New("the prepared claim was not on the connection's session")
 
 // preparedRow runs query, with args as literals, as a statement prepared on the session of ex's connection, when
@@ -68,10 +69,12 @@ func preparedRow(ctx context.Context, ex driver.Executor, query string, args []a
 	return lostRow{ex.QueryRow(ctx, "EXECUTE "+name.(string)+"("+strings.Join(lits, ", ")+")"), s}, true
 }
 
-// sessionLost turns err, when it says that the session lacked a prepared statement or already had its name, into
-// errSessionLost, and tells s to keep no more notes.
+// sessionLost turns err, when it says that the session lacked a prepared statement or already had its name, or that
+// the statement no longer fits its table (a column's type changed under it: datatype_mismatch, or
+// feature_not_supported for a cached plan whose result changed), into errSessionLost, and tells s to keep no more
+// notes. Literals fit whatever the table has become.
 func sessionLost(s driver.SessionState, err error) error {
-	if Postgres.Classify(err) != dialect.StatementMissing {
+	if code := sqlState(err); Postgres.Classify(err) != dialect.StatementMissing && code != "42804" && code != "0A000" {
 		return err
 	}
 	s.SessionLost()

@@ -126,3 +126,32 @@ func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
 	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM `+b.table+`_view`).Scan(&left))
 	require.Equal(t, workers*each, left)
 }
+
+// A claim prepared while message_id was text no longer fits once the column has become uuid (a table altered, or
+// dropped and created again, under running consumers): the claim is made again with literals, which fit.
+func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *testing.T) {
+	b := newBundle(t)
+	b.db.SetMaxOpenConns(1)
+	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := ib.Middleware(b.credit(1, &calls))
+	_, err = h(newMsg("0195f3a0-0000-7000-8000-000000000001"))
+	require.NoError(t, err)
+	statements, _ := preparedClaims(t, b.db)
+	require.Equal(t, 1, statements)
+
+	_, err = b.db.Exec(`DROP VIEW ` + b.table + `_view`) // it would keep the column's type as it was
+	require.NoError(t, err)
+	for _, table := range []string{b.table, b.table + "_produced"} {
+		_, err = b.db.Exec(`ALTER TABLE ` + table + ` ALTER COLUMN message_id TYPE uuid USING message_id::uuid`)
+		require.NoError(t, err)
+	}
+	_, err = h(newMsg("0195f3a0-0000-7000-8000-000000000002"))
+	require.NoError(t, err)
+	_, err = h(newMsg("0195f3a0-0000-7000-8000-000000000001"))
+	require.NoError(t, err, "a copy")
+	require.EqualValues(t, 2, calls.Load())
+	require.Equal(t, 2, b.balance(t))
+	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
+}
