@@ -25,6 +25,23 @@ func preparedClaims(t testing.TB, db *sql.DB) (statements, runs int) {
 	return statements, runs
 }
 
+// claimPrepared builds an inbox over one lib/pq connection whose handler credits account 1, counting its calls,
+// and applies first through it, which prepares the claim on that connection's session.
+func claimPrepared(t *testing.T, first string) (*testBundle, message.HandlerFunc, *atomic.Int64) {
+	t.Helper()
+	b := newBundle(t)
+	b.db.SetMaxOpenConns(1)
+	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+	require.NoError(t, err)
+	calls := &atomic.Int64{}
+	h := ib.Middleware(b.credit(1, calls))
+	_, err = h(newMsg(first))
+	require.NoError(t, err)
+	statements, _ := preparedClaims(t, b.db)
+	require.Equal(t, 1, statements)
+	return b, h, calls
+}
+
 // Over lib/pq the claim is prepared once on each connection's session and then run by name: the server neither
 // parses nor plans it again.
 func TestLibpq_TheClaimIsPreparedOnceOnEachConnection(t *testing.T) {
@@ -51,18 +68,8 @@ func TestLibpq_TheClaimIsPreparedOnceOnEachConnection(t *testing.T) {
 // the connection reached another session) costs the message nothing: its claim is made again with literals, before
 // its handler runs, and the inbox prepares no more.
 func TestLibpq_AClaimWhoseSessionLostItsStatementIsMadeAgainWithLiterals(t *testing.T) {
-	b := newBundle(t)
-	b.db.SetMaxOpenConns(1)
-	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
-	require.NoError(t, err)
-	var calls atomic.Int64
-	h := ib.Middleware(b.credit(1, &calls))
-	_, err = h(newMsg("before"))
-	require.NoError(t, err)
-	statements, _ := preparedClaims(t, b.db)
-	require.Equal(t, 1, statements)
-
-	_, err = b.db.Exec(`DEALLOCATE ALL`)
+	b, h, calls := claimPrepared(t, "before")
+	_, err := b.db.Exec(`DEALLOCATE ALL`)
 	require.NoError(t, err)
 	for n := range 5 {
 		_, err := h(newMsg("after-" + strconv.Itoa(n)))
@@ -73,7 +80,7 @@ func TestLibpq_AClaimWhoseSessionLostItsStatementIsMadeAgainWithLiterals(t *test
 	require.EqualValues(t, 6, calls.Load(), "each message's handler ran once")
 	require.Equal(t, 6, b.balance(t))
 	require.Equal(t, 6, b.rows(t, "wallet-credits"))
-	statements, _ = preparedClaims(t, b.db)
+	statements, _ := preparedClaims(t, b.db)
 	require.Zero(t, statements, "the inbox prepares no more")
 	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
 }
@@ -130,18 +137,8 @@ func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
 // A claim prepared while message_id was text no longer fits once the column has become uuid (a table altered, or
 // dropped and created again, under running consumers): the claim is made again with literals, which fit.
 func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *testing.T) {
-	b := newBundle(t)
-	b.db.SetMaxOpenConns(1)
-	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
-	require.NoError(t, err)
-	var calls atomic.Int64
-	h := ib.Middleware(b.credit(1, &calls))
-	_, err = h(newMsg("0195f3a0-0000-7000-8000-000000000001"))
-	require.NoError(t, err)
-	statements, _ := preparedClaims(t, b.db)
-	require.Equal(t, 1, statements)
-
-	_, err = b.db.Exec(`DROP VIEW ` + b.table + `_view`) // it would keep the column's type as it was
+	b, h, calls := claimPrepared(t, "0195f3a0-0000-7000-8000-000000000001")
+	_, err := b.db.Exec(`DROP VIEW ` + b.table + `_view`) // it would keep the column's type as it was
 	require.NoError(t, err)
 	for _, table := range []string{b.table, b.table + "_produced"} {
 		_, err = b.db.Exec(`ALTER TABLE ` + table + ` ALTER COLUMN message_id TYPE uuid USING message_id::uuid`)
