@@ -29,12 +29,12 @@ import (
 // The claim, which every message sends, goes further when the transaction can tell its connection
 // (driver.SessionState): the dialect prepares it once on the connection's session with SQL's PREPARE, and then
 // sends EXECUTE with the literals, still one simple query, which the server neither parses nor plans anew
-// (docs/throughput.md measures what that saves). The PREPARE goes in the first
-// transaction that needs it, and stays on the session whatever that transaction's end. Each connection's name for
-// it is its own, random, so that no session runs a statement some other connection prepared on it, for another
-// table or search_path, even behind a pooler that shares sessions among connections. Behind a pooler in
-// transaction mode a later transaction can find a session without it: that EXECUTE fails, the pool stops
-// preparing (SessionLost), and the claim is made again, in a new transaction, with literals (errSessionLost).
+// (docs/throughput.md measures what that saves). The PREPARE goes in the first transaction that needs it, and
+// stays on the session whatever that transaction's end. Each connection's name for it is its own, random, so that
+// no session runs a statement some other connection prepared on it, for another table or search_path, even behind
+// a pooler that shares sessions among connections. Behind a pooler in transaction mode a later transaction can
+// find a session without it: that EXECUTE fails, the pool stops preparing (SessionLost), and the claim is made
+// again, in a new transaction, with literals (errSessionLost).
 
 // errSessionLost is a claim that failed because its prepared statement was not on the session it reached, or no
 // longer fits its table: the transaction is aborted before the handler ran, and the message can go again at once,
