@@ -536,11 +536,7 @@ func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, con
 }
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	query, args := pg.sql(p.Table).claimSQL, []any{p.ConsumerID, p.ID, stateCode(p.State)}
-	if row, ok := preparedRow(ctx, tx, query, args); ok {
-		return scanTrue(row)
-	}
-	return scanTrue(literally(tx).QueryRow(ctx, query, args...))
+	return scanTrue(firstRow(ctx, tx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
 }
 
 // batchKey names the batch claim of one table for one number of IDs.
@@ -630,7 +626,7 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 	var c dialect.LeaseClaim
 	q := pg.sql(p.Table)
 	var takeover sql.NullBool
-	err := literally(tx).QueryRow(ctx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
+	err := firstRow(ctx, tx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
 	if err == nil {
 		c.Claimed, c.Takeover = true, takeover.Bool
 		return c, nil
@@ -664,10 +660,11 @@ func (pg *postgres) FailLease(ctx context.Context, tx driver.Executor, p dialect
 	return pg.leaseWrite(ctx, tx, pg.sql(p.Table).leaseFailSQL, p, p.Arg)
 }
 
-// leaseWrite runs one of the holder's compare-and-set writes, each of which returns a row when it matched.
+// leaseWrite runs one of the holder's compare-and-set writes, each of which returns a row when it matched. Each is
+// the only statement of its transaction.
 func (*postgres) leaseWrite(ctx context.Context, tx driver.Executor, query string, p dialect.LeaseWriteParams, arg any) (bool, error) {
 	var one int
-	err := literally(tx).QueryRow(ctx, query, p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
+	err := firstRow(ctx, tx, query, p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
 	if errors.Is(err, driver.ErrNoRows) {
 		return false, nil
 	}

@@ -26,20 +26,31 @@ import (
 // exactly (a string with a NUL byte, which a simple query cannot hold, or that is not UTF-8; a type not listed
 // in literal) sends the statement with its arguments, as before, so that the server judges it as before.
 
-// The claim, which every message sends, goes further when the transaction can tell its connection
-// (driver.SessionState): the dialect prepares it once on the connection's session with SQL's PREPARE, and then
+// The statements that open their transaction and run for every message (the claim; lease mode's claim and its
+// writes) go further when the transaction can tell its connection (driver.SessionState): the dialect prepares each
+// once on the connection's session with SQL's PREPARE, and then
 // sends EXECUTE with the literals, still one simple query, which the server neither parses nor plans anew
 // (docs/throughput.md measures what that saves). The PREPARE goes in the first transaction that needs it, and
 // stays on the session whatever that transaction's end. Each connection's name for it is its own, random, so that
 // no session runs a statement some other connection prepared on it, for another table or search_path, even behind
 // a pooler that shares sessions among connections. Behind a pooler in transaction mode a later transaction can
-// find a session without it: that EXECUTE fails, the pool stops preparing (SessionLost), and the claim is made
-// again, in a new transaction, with literals (errSessionLost).
+// find a session without it: that EXECUTE fails, the pool stops preparing (SessionLost), and the transaction is
+// made again, with literals (errSessionLost): applyOwn and inShortTx do that once. Only a statement that opens its
+// transaction is prepared, so that the failure comes before anything else of the transaction ran.
 
-// errSessionLost is a claim that failed because its prepared statement was not on the session it reached, or no
-// longer fits its table: the transaction is aborted before the handler ran, and the message can go again at once,
+// firstRow runs query, the first statement of its transaction, as preparedRow does when it can, and as literally
+// does otherwise.
+func firstRow(ctx context.Context, ex driver.Executor, query string, args ...any) driver.Row {
+	if row, ok := preparedRow(ctx, ex, query, args); ok {
+		return row
+	}
+	return literally(ex).QueryRow(ctx, query, args...)
+}
+
+// errSessionLost is a statement that failed because its prepared form was not on the session it reached, or no
+// longer fits its table: the transaction is aborted before anything else of it ran, and it can go again at once,
 // with literals.
-var errSessionLost = errors.New("the prepared claim was not on the connection's session")
+var errSessionLost = errors.New("the prepared statement was not on the connection's session")
 
 // preparedRow runs query, with args as literals, as a statement prepared on the session of ex's connection, when
 // ex keeps notes on its session and every argument has a literal; otherwise it reports false.

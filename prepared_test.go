@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
@@ -15,9 +16,9 @@ import (
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
-// preparedClaims reports, for the one connection db may open, how many statements the inbox prepared on its session
+// inboxPrepared reports, for the one connection db may open, how many statements the inbox prepared on its session
 // and how often they ran.
-func preparedClaims(t testing.TB, db *sql.DB) (statements, runs int) {
+func inboxPrepared(t testing.TB, db *sql.DB) (statements, runs int) {
 	t.Helper()
 	require.Equal(t, 1, db.Stats().MaxOpenConnections, "the statements are those of one connection's session")
 	require.NoError(t, db.QueryRow(`SELECT count(*), coalesce(sum(generic_plans + custom_plans), 0)
@@ -37,7 +38,7 @@ func claimPrepared(t *testing.T, first string) (*testBundle, message.HandlerFunc
 	h := ib.Middleware(b.credit(1, calls))
 	_, err = h(newMsg(first))
 	require.NoError(t, err)
-	statements, _ := preparedClaims(t, b.db)
+	statements, _ := inboxPrepared(t, b.db)
 	require.Equal(t, 1, statements)
 	return b, h, calls
 }
@@ -57,7 +58,7 @@ func TestLibpq_TheClaimIsPreparedOnceOnEachConnection(t *testing.T) {
 			require.NoError(t, err, "round %d, message %d", round, n)
 		}
 	}
-	statements, runs := preparedClaims(t, b.db)
+	statements, runs := inboxPrepared(t, b.db)
 	require.Equal(t, 1, statements)
 	require.Equal(t, 24, runs, "every claim ran the prepared statement")
 	require.EqualValues(t, 12, calls.Load())
@@ -80,7 +81,7 @@ func TestLibpq_AClaimWhoseSessionLostItsStatementIsMadeAgainWithLiterals(t *test
 	require.EqualValues(t, 6, calls.Load(), "each message's handler ran once")
 	require.Equal(t, 6, b.balance(t))
 	require.Equal(t, 6, b.rows(t, "wallet-credits"))
-	statements, _ := preparedClaims(t, b.db)
+	statements, _ := inboxPrepared(t, b.db)
 	require.Zero(t, statements, "the inbox prepares no more")
 	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
 }
@@ -151,4 +152,40 @@ func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *tes
 	require.EqualValues(t, 2, calls.Load())
 	require.Equal(t, 2, b.balance(t))
 	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
+}
+
+// Lease mode's claim and its completion each open a short transaction of their own: over lib/pq each is prepared
+// once on the connection and run by name, and a session that lost them costs a message nothing.
+func TestLibpq_LeaseModesClaimAndCompletionArePreparedOnceAndGiveWayToLiterals(t *testing.T) {
+	b := newBundle(t)
+	b.db.SetMaxOpenConns(1)
+	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		return nil, nil
+	})
+	for round := range 2 { // the second round is all copies: their claims run the statement too
+		for n := range 5 {
+			_, err := h(newMsg("pay-" + strconv.Itoa(n)))
+			require.NoError(t, err, "round %d, message %d", round, n)
+		}
+	}
+	statements, runs := inboxPrepared(t, b.db)
+	require.Equal(t, 2, statements, "the claim and the completion")
+	require.Equal(t, 10+5, runs, "every claim, and every completion")
+
+	_, err = b.db.Exec(`DEALLOCATE ALL`)
+	require.NoError(t, err)
+	for n := range 5 {
+		_, err := h(newMsg("after-" + strconv.Itoa(n)))
+		require.NoError(t, err, "message %d", n)
+	}
+	require.EqualValues(t, 10, calls.Load(), "each message's call ran once")
+	statements, _ = inboxPrepared(t, b.db)
+	require.Zero(t, statements, "the inbox prepares no more")
+	var done int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE consumer = 'payments' AND state = 'done'`).Scan(&done))
+	require.Equal(t, 10, done)
 }

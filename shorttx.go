@@ -38,7 +38,12 @@ var shortTxOptions = driver.TxOptions{ReadCommitted: true}
 // an unnamed statement, then binds it, with a sync between) would have the second step land on another server
 // connection than the first. Inside a transaction every step stays on one server connection.
 func inShortTx(ctx context.Context, pool driver.Pool, d dialect.Dialect, fn func(tx driver.Tx) error) error {
-	return retryConflicts(ctx, d, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, pool, d, fn) })
+	try := func() error { return runShortTx(ctx, pool, d, fn) }
+	err := retryConflicts(ctx, d, shortTxTries, shortTxBackoff, try)
+	if errors.Is(err, errSessionLost) { // its first statement, prepared, was not on the session: again with literals
+		err = retryConflicts(ctx, d, shortTxTries, shortTxBackoff, try)
+	}
+	return err
 }
 
 func runShortTx(ctx context.Context, pool driver.Pool, d dialect.Dialect, fn func(tx driver.Tx) error) error {
