@@ -40,7 +40,7 @@ func TestPartitions_UUID7FloorIsTheLeastV7OfItsMillisecond(t *testing.T) {
 }
 
 // partitioned migrates a fresh inbox table partitioned by hour and returns it with its options.
-func partitioned(t *testing.T, db *sql.DB) (string, []inbox.Option) {
+func partitioned(t testing.TB, db *sql.DB) (string, []inbox.Option) {
 	t.Helper()
 	table := uniqueName("inbox_parts")
 	t.Cleanup(func() {
