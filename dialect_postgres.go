@@ -986,8 +986,8 @@ func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table strin
 // again, beside its row in the new one: two claims of one ID, both applied. (Measured: with 40 IDs racing four
 // copies each across the boundary of two partitions being created, 1 run in 5 to 20 applied some ID twice.) The
 // lock is held for as long as the move and the attach take (BenchmarkPartitionCreation: about 90 ms with 200 rows
-// to move, and claims meanwhile waited no longer than without the lock), and lock_timeout bounds the wait for it:
-// the Cleaner tries again next round. Without a default partition no claim
+// to move; the longest claim beside a round took about as long as without the lock), and lock_timeout bounds the
+// wait for it: the Cleaner tries again next round. Without a default partition no claim
 // can be routed to a partition that changes, and the lock is not needed.
 func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
 	if !partitionBound.MatchString(p.From) || !partitionBound.MatchString(p.To) {
