@@ -47,7 +47,8 @@ func claimPrepared(t *testing.T, first string) (*testBundle, message.HandlerFunc
 // parses nor plans it again.
 func TestLibpq_TheClaimIsPreparedOnceOnEachConnection(t *testing.T) {
 	b, h, calls := claimPrepared(t, "evt-0") // the first of the 12 below
-	for round := range 2 {                   // the second round is all copies: their claims run the statement too
+	// The second round is all copies: their claims run the statement too.
+	for round := range 2 {
 		for n := range 12 {
 			_, err := h(newMsg("evt-" + strconv.Itoa(n)))
 			require.NoError(t, err, "round %d, message %d", round, n)
