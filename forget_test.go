@@ -92,6 +92,7 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 		VALUES ($1, 'live', 'p', 1, `+minutesAgo(0)+`, now() + interval '1 hour'),
 		       ($1, 'stuck', 'p', 1, `+minutesAgo(thirtyDays)+`, now() - interval '29 days')`, b.consumerAged(t, "payments", thirtyDays))
 	require.NoError(t, err)
+	b.consumerAged(t, "audit", 5*time.Hour)
 
 	st, err := inbox.ReadStats(context.Background(), b.db, inbox.WithTable(b.table))
 	require.NoError(t, err)
@@ -99,15 +100,22 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 	require.Positive(t, st.TableBytes)
 	require.Positive(t, st.IndexBytes)
 	require.GreaterOrEqual(t, st.TotalBytes, st.TableBytes+st.IndexBytes)
-	require.Len(t, st.Consumers, 2)
+	require.Len(t, st.Consumers, 3)
 
-	p := st.Consumers[0]
+	q := st.Consumers[0]
+	require.Equal(t, inbox.ConsumerStats{Consumer: "audit", RemembersSince: q.RemembersSince, Age: q.Age}, q,
+		"a registered consumer without rows is listed")
+	require.InDelta(t, (5 * time.Hour).Seconds(), q.Age.Seconds(), 60)
+
+	p := st.Consumers[1]
 	require.Equal(t, "payments", p.Consumer)
 	require.EqualValues(t, 7, p.Rows)
 	require.EqualValues(t, [5]int64{0, 2, 3, 1, 1}, [5]int64{p.Done, p.Failed, p.Released, p.Processing, p.Expired})
-	require.InDelta(t, time.Hour.Seconds(), p.Age.Seconds(), 60, "the stuck lease does not count as memory")
+	require.WithinDuration(t, time.Now().Add(-time.Hour), p.Oldest, 2*time.Minute, "the stuck lease is not the oldest row the cleanup may delete")
+	require.InDelta(t, (30 * 24 * time.Hour).Seconds(), p.Age.Seconds(), 60, "it remembers since its first claim, as Remembers says")
+	require.Equal(t, p.Age, st.Now.Sub(p.RemembersSince))
 
-	w := st.Consumers[1]
+	w := st.Consumers[2]
 	require.Equal(t, "wallet-credits", w.Consumer)
 	require.EqualValues(t, 20, w.Rows)
 	require.EqualValues(t, 20, w.Done)

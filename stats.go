@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -15,7 +18,8 @@ type Stats struct {
 	Table string
 	// Now is the database's clock when the stats were read; ages are measured from it.
 	Now time.Time
-	// Consumers has one entry per consumer with rows, in order of name.
+	// Consumers has one entry per consumer, in order of name: on PostgreSQL every consumer the table has registered,
+	// with rows or without; on MySQL and MariaDB every consumer with rows.
 	Consumers []ConsumerStats
 	// TableBytes is the heap with its TOAST, free-space and visibility maps (pg_table_size).
 	TableBytes int64
@@ -38,13 +42,20 @@ type ConsumerStats struct {
 	// Expired counts 'processing' rows whose lease ran out: the holder died or hung, and no copy has taken the row
 	// over yet. The cleanup never deletes them; old ones need an operator (see Cleanup).
 	Expired int64
-	// Oldest is the last state change of its oldest row that the cleanup may delete, zero if it has none.
+	// Oldest is the last state change of its oldest row that the cleanup may delete, zero if it has none. It says
+	// how old the rows are, not how far back the consumer remembers: a consumer that applied nothing for days
+	// after the last cleanup's cutoff remembers those quiet days too.
 	Oldest time.Time
-	// Age is how far back it remembers, Now - Oldest; zero if Oldest is.
+	// RemembersSince is the time since which the consumer remembers every message it applied, as Remembers reports
+	// it (ConsumerMemory.Oldest); zero when Remembers does not list the consumer.
+	RemembersSince time.Time
+	// Age is how far back it remembers, the age of RemembersSince as Remembers reports it (ConsumerMemory.Age):
+	// what to compare with the longest redelivery of the consumer's sources. Zero if RemembersSince is.
 	Age time.Duration
 }
 
-// ReadStats counts each consumer's rows by state and reads the table's size. It reads every row, so on a large
+// ReadStats counts each consumer's rows by state, reads how far back each remembers (Remembers, in the same
+// transaction) and reads the table's size. It reads every row, so on a large
 // inbox it takes seconds to minutes: it is for an operator (the CLI's stats command), not for a metrics scrape,
 // which has Remembers. It returns ErrSchemaMissing when the table does not exist.
 func ReadStats(ctx context.Context, db *sql.DB, opts ...Option) (Stats, error) {
@@ -71,14 +82,11 @@ func (d *Database) ReadStats(ctx context.Context, opts ...Option) (Stats, error)
 		ds, err := s.d.Stats(ctx, tx, c.table)
 		st = Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes}
 		exists = ds.Exists
-		for _, dc := range ds.Consumers {
-			cs := ConsumerStats{Consumer: dc.Consumer, Rows: dc.Rows, Done: dc.Done, Failed: dc.Failed,
-				Released: dc.Released, Processing: dc.Processing, Expired: dc.Expired}
-			if !dc.Oldest.IsZero() {
-				cs.Oldest, cs.Age = dc.Oldest, st.Now.Sub(dc.Oldest)
-			}
-			st.Consumers = append(st.Consumers, cs)
+		if err != nil || !exists {
+			return err
 		}
+		ms, err := s.d.Remembers(ctx, tx, c.table)
+		st.Consumers = mergeStats(ds.Consumers, ms)
 		return err
 	})
 	if err != nil {
@@ -88,4 +96,26 @@ func (d *Database) ReadStats(ctx context.Context, opts ...Option) (Stats, error)
 		return st, fmt.Errorf("inbox: read stats of %s: %w", c.table, ErrSchemaMissing)
 	}
 	return st, nil
+}
+
+// mergeStats joins each consumer's counts with its memory, in order of name (byte by byte, whatever the database's
+// collation). A consumer with memory and no rows (all of them cleaned up, or none yet) gets zero counts.
+func mergeStats(counts []dialect.ConsumerStats, memory []dialect.Memory) []ConsumerStats {
+	out := make([]ConsumerStats, 0, max(len(counts), len(memory)))
+	at := make(map[string]int, len(counts))
+	for _, dc := range counts {
+		at[dc.Consumer] = len(out)
+		out = append(out, ConsumerStats{Consumer: dc.Consumer, Rows: dc.Rows, Done: dc.Done, Failed: dc.Failed,
+			Released: dc.Released, Processing: dc.Processing, Expired: dc.Expired, Oldest: dc.Oldest})
+	}
+	for _, m := range memory {
+		i, ok := at[m.Consumer]
+		if !ok {
+			i = len(out)
+			out = append(out, ConsumerStats{Consumer: m.Consumer})
+		}
+		out[i].RemembersSince, out[i].Age = m.Oldest, m.Now.Sub(m.Oldest)
+	}
+	slices.SortFunc(out, func(a, b ConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
+	return out
 }

@@ -424,7 +424,10 @@ func TestOperations(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, st.Consumers, 2)
 		require.Equal(t, inbox.ConsumerStats{Consumer: "billing", Rows: 2, Done: 1, Processing: 1,
-			Oldest: st.Consumers[0].Oldest, Age: st.Consumers[0].Age}, st.Consumers[0])
+			Oldest: st.Consumers[0].Oldest, RemembersSince: ms[0].Oldest, Age: st.Consumers[0].Age}, st.Consumers[0],
+			"on MySQL a consumer remembers since its oldest row")
+		require.Equal(t, st.Consumers[0].Oldest, st.Consumers[0].RemembersSince)
+		require.InDelta(t, ms[0].Age.Seconds(), st.Consumers[0].Age.Seconds(), 5, "read a moment later")
 		require.Greater(t, st.Consumers[0].Age, 71*time.Hour)
 		require.EqualValues(t, 1, st.Consumers[1].Done)
 		require.Positive(t, st.TotalBytes)

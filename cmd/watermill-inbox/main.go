@@ -375,7 +375,7 @@ func statsCommand(ctx context.Context, c *common, args []string, stdout, stderr 
 	}
 	code := exitOK
 	for _, cs := range st.Consumers {
-		if warn > 0 && !cs.Oldest.IsZero() && cs.Age < time.Duration(warn) {
+		if warn > 0 && !cs.RemembersSince.IsZero() && cs.Age < time.Duration(warn) {
 			fmt.Fprintf(stderr, "warning: %s remembers %s, less than %s: a copy redelivered from further back would be applied again\n",
 				cs.Consumer, days(cs.Age), warn)
 			code = exitShort
@@ -404,8 +404,11 @@ func writeStats(w io.Writer, st inbox.Stats) {
 	fmt.Fprintln(tw, "consumer\trows\tdone\tfailed\treleased\tprocessing\texpired leases\tremembers\toldest row (UTC)\t")
 	for _, cs := range st.Consumers {
 		remembers, oldest := "-", "-"
+		if !cs.RemembersSince.IsZero() {
+			remembers = days(cs.Age).String()
+		}
 		if !cs.Oldest.IsZero() {
-			remembers, oldest = days(cs.Age).String(), cs.Oldest.UTC().Format("2006-01-02 15:04:05")
+			oldest = cs.Oldest.UTC().Format("2006-01-02 15:04:05")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", cs.Consumer, group(cs.Rows), group(cs.Done), group(cs.Failed),
 			group(cs.Released), group(cs.Processing), group(cs.Expired), remembers, oldest)
@@ -431,6 +434,7 @@ func writeStatsJSON(w io.Writer, st inbox.Stats) error {
 		Processing       int64   `json:"processing"`
 		ExpiredLeases    int64   `json:"expired_leases"`
 		Oldest           *string `json:"oldest"`
+		RemembersSince   *string `json:"remembers_since"`
 		RemembersSeconds float64 `json:"remembers_seconds"`
 	}
 	out := struct {
@@ -445,15 +449,21 @@ func writeStatsJSON(w io.Writer, st inbox.Stats) error {
 	for _, cs := range st.Consumers {
 		c := consumer{Consumer: cs.Consumer, Rows: cs.Rows, Done: cs.Done, Failed: cs.Failed, Released: cs.Released,
 			Processing: cs.Processing, ExpiredLeases: cs.Expired, RemembersSeconds: cs.Age.Seconds()}
-		if !cs.Oldest.IsZero() {
-			s := cs.Oldest.UTC().Format(time.RFC3339Nano)
-			c.Oldest = &s
-		}
+		c.Oldest, c.RemembersSince = timestamp(cs.Oldest), timestamp(cs.RemembersSince)
 		out.Consumers = append(out.Consumers, c)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// timestamp is t for JSON, or nil when t is zero.
+func timestamp(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339Nano)
+	return &s
 }
 
 func forgetCommand(ctx context.Context, c *common, args []string, stdout, stderr io.Writer) int {

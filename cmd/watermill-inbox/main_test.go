@@ -243,7 +243,14 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 	require.Equal(t, 0, cli(t, append([]string{"migrate"}, common...)...).code, "migrate again is a no-op")
 
 	wallet, payments := consumerID(t, db, table, "wallet-credits"), consumerID(t, db, table, "payments")
-	_, err := db.Exec(`INSERT INTO `+table+` (consumer_id, message_id, processed_at)
+	// Since when each consumer remembers: its first claim. wallet-credits claimed its first message three weeks
+	// ago, payments a month ago; newcomer was registered 20 hours ago and has applied nothing yet.
+	_, err := db.Exec(`UPDATE ` + table + `_consumers SET created_at = now() - CASE name
+		WHEN 'wallet-credits' THEN interval '21 days' ELSE interval '30 days' END`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO ` + table + `_consumers (name, created_at) VALUES ('newcomer', now() - interval '20 hours')`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO `+table+` (consumer_id, message_id, processed_at)
 		SELECT $1, 'old-' || g, floor(extract(epoch FROM now() - interval '20 days' - g * interval '1 second') / 60)::integer
 		FROM generate_series(1, 250) g`, wallet)
 	require.NoError(t, err)
@@ -288,15 +295,21 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 		res := cli(t, append([]string{"stats"}, common...)...)
 		require.Equal(t, 0, res.code, res.stderr)
 		require.Regexp(t, `^table `+table+`: 8 rows; heap .+, indexes .+, total .+ \(\d+ bytes per row\)\n`, res.stdout)
-		// processed_at is kept in whole minutes, rounded down: a row remembers up to a minute longer than its age.
-		require.Regexp(t, `wallet-credits\s+5\s+5\s+0\s+0\s+0\s+0\s+2d(1m)?\s+`, res.stdout)
-		require.Regexp(t, `payments\s+3\s+0\s+1\s+0\s+1\s+1\s+1d(1m)?\s+`, res.stdout)
+		// wallet-credits' oldest row is two days old, but it remembers back to the cleanup's cutoff, 14 days (up to
+		// a minute more: the cutoff is rounded down to processed_at's whole minutes); its quiet days between are
+		// remembered too. So does payments, which first claimed a month ago; newcomer, registered after the cutoff,
+		// remembers 20 hours, and has no row.
+		day := `\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`
+		require.Regexp(t, `newcomer\s+0\s+0\s+0\s+0\s+0\s+0\s+20h0m0s\s+-\s+`, res.stdout)
+		require.Regexp(t, `payments\s+3\s+0\s+1\s+0\s+1\s+1\s+14d(1m)?\s+`+day, res.stdout)
+		require.Regexp(t, `wallet-credits\s+5\s+5\s+0\s+0\s+0\s+0\s+14d(1m)?\s+`+day, res.stdout)
 		require.Contains(t, res.stdout, "1 'processing' row has an expired lease")
 
-		short := cli(t, append([]string{"stats", "--warn-below", "36h"}, common...)...)
-		require.Equal(t, 4, short.code, "payments remembers one day, less than 36 hours")
-		require.Contains(t, short.stderr, "warning: payments remembers 1d")
-		require.NotContains(t, short.stderr, "wallet-credits")
+		short := cli(t, append([]string{"stats", "--warn-below", "7d"}, common...)...)
+		require.Equal(t, 4, short.code, "newcomer remembers 20 hours, less than 7 days")
+		require.Contains(t, short.stderr, "warning: newcomer remembers 20h0m0s")
+		require.NotContains(t, short.stderr, "wallet-credits", "a quiet consumer whose oldest row is younger than 7 days still remembers 14")
+		require.NotContains(t, short.stderr, "payments")
 		require.Equal(t, 0, cli(t, append([]string{"stats", "--warn-below", "12h"}, common...)...).code)
 
 		js := cli(t, append([]string{"stats", "--json"}, common...)...)
@@ -304,18 +317,28 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 		var st struct {
 			Table     string `json:"table"`
 			Consumers []struct {
-				Consumer      string  `json:"consumer"`
-				Rows          int64   `json:"rows"`
-				ExpiredLeases int64   `json:"expired_leases"`
-				Remembers     float64 `json:"remembers_seconds"`
+				Consumer       string     `json:"consumer"`
+				Rows           int64      `json:"rows"`
+				ExpiredLeases  int64      `json:"expired_leases"`
+				Oldest         *time.Time `json:"oldest"`
+				RemembersSince *time.Time `json:"remembers_since"`
+				Remembers      float64    `json:"remembers_seconds"`
 			} `json:"consumers"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(js.stdout), &st))
 		require.Equal(t, table, st.Table)
-		require.Len(t, st.Consumers, 2)
-		require.Equal(t, "payments", st.Consumers[0].Consumer)
-		require.EqualValues(t, 1, st.Consumers[0].ExpiredLeases)
-		require.InDelta(t, (48*time.Hour + 30*time.Second).Seconds(), st.Consumers[1].Remembers, 60, "up to a minute more, as above")
+		require.Len(t, st.Consumers, 3)
+		require.Equal(t, "newcomer", st.Consumers[0].Consumer)
+		require.Nil(t, st.Consumers[0].Oldest, "no row")
+		require.InDelta(t, (20 * time.Hour).Seconds(), st.Consumers[0].Remembers, 60)
+		require.Equal(t, "payments", st.Consumers[1].Consumer)
+		require.EqualValues(t, 1, st.Consumers[1].ExpiredLeases)
+		w := st.Consumers[2]
+		require.InDelta(t, (14*24*time.Hour + 30*time.Second).Seconds(), w.Remembers, 60)
+		require.NotNil(t, w.Oldest)
+		require.NotNil(t, w.RemembersSince)
+		require.WithinDuration(t, time.Now().Add(-48*time.Hour), *w.Oldest, 2*time.Minute, "the oldest row is two days old")
+		require.WithinDuration(t, time.Now().Add(-14*24*time.Hour), *w.RemembersSince, 2*time.Minute)
 	})
 
 	t.Run("ForgetRemovesOneRowAndTellsMissingAndLiveRowsApart", func(t *testing.T) {
