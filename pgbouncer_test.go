@@ -1,9 +1,15 @@
 package inbox_test
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,4 +133,42 @@ func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *te
 			b.requireAllDone(t, "wallet-credits", len(ids))
 		})
 	}
+}
+
+// TestPgbouncer_ThePoolerDiesWithTheTestProcess runs itself again as a child test process that starts a pooler and
+// waits, kills that process as a test timeout would, and checks that the pooler is gone with it: a pooler left
+// behind keeps its connections to PostgreSQL open after the tests.
+func TestPgbouncer_ThePoolerDiesWithTheTestProcess(t *testing.T) {
+	if os.Getenv("INBOX_TEST_HOLD_PGBOUNCER") == "1" {
+		fmt.Printf("pooler=%s\n", inboxtest.StartPgbouncer(t, testDSN(), "postgres"))
+		time.Sleep(time.Minute) // killed long before
+		return
+	}
+	t.Parallel()
+	child := exec.Command(os.Args[0], "-test.run=^TestPgbouncer_ThePoolerDiesWithTheTestProcess$", "-test.count=1")
+	child.Env = append(os.Environ(), "INBOX_TEST_HOLD_PGBOUNCER=1")
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	var dsn string
+	lines := bufio.NewScanner(out)
+	for dsn == "" && lines.Scan() {
+		dsn, _ = strings.CutPrefix(lines.Text(), "pooler=")
+	}
+	require.NotEmpty(t, dsn, "the child started a pooler")
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+	require.NoError(t, err, "the pooler listens while the child lives")
+	_ = conn.Close()
+
+	require.NoError(t, child.Process.Kill())
+	require.Eventually(t, func() bool {
+		conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err != nil
+	}, 5*time.Second, 50*time.Millisecond, "the pooler at %s outlived the test process that started it", u.Host)
 }

@@ -105,13 +105,16 @@ pidfile =
 	configFile := filepath.Join(dir, "pgbouncer.ini")
 	require.NoError(t, os.WriteFile(configFile, []byte(config), 0o644))
 
-	args := []string{configFile}
-	if me, err := user.Current(); err == nil && me.Uid == "0" {
-		args = []string{"-u", "postgres", configFile} // pgbouncer refuses to run as root
-	}
 	out := &lockedBuffer{}
-	cmd := exec.Command(pgbouncerBinary, args...)
+	cmd := exec.Command(pgbouncerBinary, configFile)
 	cmd.Stdout, cmd.Stderr = out, out
+	// The pooler dies with the test process, even one killed by a timeout. The kernel forgets the parent-death
+	// signal when a process changes its user, as pgbouncer's own -u does after it set one, so under root (which
+	// pgbouncer refuses to run as) the child is started as postgres, before the signal is set.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if me, err := user.Current(); err == nil && me.Uid == "0" {
+		cmd.SysProcAttr.Credential = runAs(t, "postgres")
+	}
 	require.NoError(t, cmd.Start(), "start %s", pgbouncerBinary)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -142,6 +145,18 @@ pidfile =
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// runAs is the credential of the system user name, for a child process.
+func runAs(t testing.TB, name string) *syscall.Credential {
+	t.Helper()
+	u, err := user.Lookup(name)
+	require.NoError(t, err, "the user pgbouncer runs as")
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	require.NoError(t, err)
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	require.NoError(t, err)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
 // pingOnce opens one connection to dsn and runs a query on it.
