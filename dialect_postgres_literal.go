@@ -70,14 +70,31 @@ func preparedRow(ctx context.Context, ex driver.Executor, query string, args []a
 		}
 	}
 	name, known := notes.Load(query)
-	if !known {
-		name = fmt.Sprintf("watermill_inbox_%016x", rand.Uint64())
-		if _, err := ex.Exec(ctx, "PREPARE "+name.(string)+" AS "+query); err != nil {
-			return errRow{sessionLost(s, err)}, true
-		}
-		notes.Store(query, name)
+	if known {
+		return lostRow{ex.QueryRow(ctx, "EXECUTE "+name.(string)+"("+strings.Join(lits, ", ")+")"), s}, true
 	}
-	return lostRow{ex.QueryRow(ctx, "EXECUTE "+name.(string)+"("+strings.Join(lits, ", ")+")"), s}, true
+	// The first time on a connection, PREPARE goes with the EXECUTE in one simple query: one round trip, as later.
+	// lib/pq returns the rows of the last statement that has some.
+	fresh := fmt.Sprintf("watermill_inbox_%016x", rand.Uint64())
+	row := ex.QueryRow(ctx, "PREPARE "+fresh+" AS "+query+"; EXECUTE "+fresh+"("+strings.Join(lits, ", ")+")")
+	return preparingRow{lostRow{row, s}, func() { notes.Store(query, fresh) }}, true
+}
+
+// preparingRow notes its statement as prepared once its row, or its lack of one, proves that PREPARE succeeded. After
+// an error it notes nothing, even when only the EXECUTE failed: the next claim on the connection prepares the
+// statement again under another name (PREPARE outlives a rollback), which costs the session one statement more, and
+// no more than the claims that fail.
+type preparingRow struct {
+	lostRow
+	prepared func()
+}
+
+func (r preparingRow) Scan(dest ...any) error {
+	err := r.lostRow.Scan(dest...)
+	if err == nil || errors.Is(err, driver.ErrNoRows) {
+		r.prepared()
+	}
+	return err
 }
 
 // sessionLost turns err, when it says that the session lacked a prepared statement or already had its name, or that
@@ -103,10 +120,6 @@ func (r lostRow) Scan(dest ...any) error {
 	}
 	return nil
 }
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
 
 // literally returns ex, or, when ex's library pays a round trip for arguments, ex with its arguments inlined.
 func literally(ex driver.Executor) driver.Executor {

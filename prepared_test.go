@@ -185,3 +185,37 @@ func TestLibpq_LeaseModesClaimAndCompletionArePreparedOnceAndGiveWayToLiterals(t
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE consumer = 'payments' AND state = 'done'`).Scan(&done))
 	require.Equal(t, 10, done)
 }
+
+// A connection's first claim prepares the statement in the round trip that runs it: a pool that opens connections
+// often (database/sql keeps two idle by default) pays no round trip for the preparing.
+func TestLibpq_AConnectionsFirstClaimCostsNoRoundTripMore(t *testing.T) {
+	var counted trips
+	db := openCountedDB(t, &counted)
+	db.SetMaxIdleConns(0) // each transaction on a connection of its own, closed after it
+	b := newBundle(t)
+	ib, err := inbox.New(db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	require.NoError(t, err)
+	calls := &atomic.Int64{}
+	h := ib.Middleware(b.credit(1, calls))
+	_, err = h(newMsg("warm-up")) // the schema check and the consumer's registration happen once
+	require.NoError(t, err)
+
+	counted.n.Store(0)
+	require.NoError(t, db.Ping())
+	dial := counted.n.Load() - 1 // the ping's own
+	for n := range 5 {
+		counted.n.Store(0)
+		_, err := h(newMsg("evt-" + strconv.Itoa(n)))
+		require.NoError(t, err)
+		require.Equal(t, dial+5, counted.n.Load(), "message %d: dialling, then BEGIN, the claim, the handler's UPDATE in two, COMMIT", n)
+	}
+	require.EqualValues(t, 6, calls.Load())
+	require.Equal(t, 6, b.balance(t))
+
+	// A copy on a fresh connection prepares the claim too, and its lack of a row proves it prepared.
+	counted.n.Store(0)
+	_, err = h(newMsg("evt-0"))
+	require.NoError(t, err)
+	require.EqualValues(t, 6, calls.Load(), "a copy is skipped")
+	require.Equal(t, dial+4, counted.n.Load(), "dialling, then BEGIN, the claim, reading the row, ROLLBACK")
+}
