@@ -27,13 +27,14 @@ type postgres struct {
 
 // pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
 type pgQueries struct {
-	consumerIDSQL string
-	claimSQL      string
-	unclaimSQL    string
-	producedSQL   string
-	saveSQL       string
-	finishSQL     string
-	takeoverSQL   string
+	consumerIDSQL    string
+	claimSQL         string
+	claimAtCommitSQL string
+	unclaimSQL       string
+	producedSQL      string
+	saveSQL          string
+	finishSQL        string
+	takeoverSQL      string
 
 	leaseClaimSQL    string
 	leaseStateSQL    string
@@ -149,6 +150,12 @@ func newPGQueries(table string) *pgQueries {
 		claimSQL: q(`INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
 			ON CONFLICT (message_id, consumer_id) DO NOTHING
 			RETURNING true`),
+
+		// The claim at commit (WithClaimAtCommit) goes in one round trip with COMMIT, after the handler ran, so
+		// it must not do nothing on a row already there: it fails, with a unique violation, the COMMIT after it
+		// does not run, and the handler's effect is rolled back with the transaction. A racing copy's INSERT waits
+		// for the first one's transaction as the claim above does, and fails if that one commits.
+		claimAtCommitSQL: q(`INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, 'd')`),
 
 		// Runs only in batch mode, for a message whose handler failed, on the row the batch claimed for it and has
 		// not committed: the other messages of the batch commit, and its redelivery must find no row.
@@ -537,6 +544,11 @@ func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, con
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
 	return scanTrue(firstRow(ctx, tx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
+}
+
+// ClaimAtCommit returns the claim as a plain INSERT, for COMMIT to follow in the same round trip.
+func (pg *postgres) ClaimAtCommit(p dialect.ClaimParams) (string, []any) {
+	return pg.sql(p.Table).claimAtCommitSQL, []any{p.ConsumerID, p.ID}
 }
 
 // batchKey names the batch claim of one table for one number of IDs.

@@ -7,6 +7,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // Inbox deduplicates the messages of Watermill handlers against a PostgreSQL table. Build one with New and install
@@ -45,7 +48,19 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 			"that would keep an unfinished claim; let the inbox begin its own transaction (WithSubscriberTx(false))",
 			ErrInvalidOption, d.dialect.Name())
 	}
+	if c.claimAtCommit && !claimsAtCommit(d) {
+		return nil, fmt.Errorf("%w: WithClaimAtCommit: this database cannot send the claim with COMMIT, so the option would "+
+			"save no round trip; it needs pgxinbox over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, and PostgreSQL", ErrInvalidOption)
+	}
 	return &Inbox{db: d, cfg: c, store: newStore(d.dialect, c.table, d.pool), readiness: newReadiness(c.table)}, nil
+}
+
+// claimsAtCommit reports whether d's transactions can send the claim with COMMIT: its dialect writes the claim as
+// a plain INSERT, and its pool's transactions send a statement with their COMMIT.
+func claimsAtCommit(d *Database) bool {
+	_, claimer := d.dialect.(dialect.AtCommitClaimer)
+	p, ok := d.pool.(driver.CommitWithPool)
+	return claimer && ok && p.CommitsWith()
 }
 
 // Middleware returns a router middleware that applies each message at most once per consumer, with its effect,

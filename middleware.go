@@ -53,13 +53,19 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if i.cfg.batchSize > 0 {
 			return i.applyBatched(msg, consumer, id, h) // one transaction shared with concurrent messages
 		}
+		if i.cfg.claimAtCommit {
+			return i.applyAtCommit(msg, consumer, id, h) // the claim goes with COMMIT (atcommit.go)
+		}
 		return i.applyOwn(msg, consumer, id, h)
 	}
 }
 
 // applyOwn applies msg in a transaction of its own: begin, claim, run h, commit.
 func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
-	ob := i.observe(msg, consumer, id, ModeTransaction)
+	return i.applyOwnObserved(msg, consumer, id, h, i.observe(msg, consumer, id, ModeTransaction))
+}
+
+func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	produced, err := i.applyOwnOnce(msg, consumer, id, h, ob)
 	if errors.Is(err, errSessionLost) { // before h ran; the claim goes with literals from now on
 		i.cfg.logger.Info("Inbox stops preparing its claim: a connection's session lacked it (a pooler in transaction mode?)",
@@ -96,6 +102,12 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 	start := time.Now()
 	err = tx.Commit(ctx)
 	ended = true
+	return committed(ob, start, err, consumer, id, produced)
+}
+
+// committed reports a commit that began at start and ended with err, and returns what the router gets: the
+// produced messages, or the commit's error.
+func committed(ob *observed, start time.Time, err error, consumer, id string, produced []*message.Message) ([]*message.Message, error) {
 	ob.commitDone(start, err)
 	if err != nil {
 		err = fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)

@@ -71,6 +71,9 @@ const (
 	OutcomeFailed Outcome = "failed"
 	// OutcomeDeadLettered is a message the inbox will not run again: dead-lettered, and acked.
 	OutcomeDeadLettered Outcome = "dead_lettered"
+	// OutcomeDuplicate is a message claimed at commit (WithClaimAtCommit) that turned out to be a copy of one
+	// applied before: its handler ran, its effect was rolled back, and it was acked as a duplicate.
+	OutcomeDuplicate Outcome = "duplicate"
 	// OutcomeLeaseLost is a lease-mode message whose lease was taken over before its holder could record the
 	// result; the message is nacked, and the new holder's attempt counts.
 	OutcomeLeaseLost Outcome = "lease_lost"
@@ -239,6 +242,7 @@ type observed struct {
 	claimedAt    time.Time       // when Claimed was called; zero until then
 	ctx          context.Context // what Claimed returned
 	committed    bool            // a commit worked
+	duplicate    bool            // skipped as a copy
 	finished     bool
 }
 
@@ -249,8 +253,12 @@ func (i *Inbox) observe(msg *message.Message, consumer, id string, mode Mode) *o
 // claiming notes that the claim's first statement begins now.
 func (o *observed) claiming() { o.claimStart = time.Now() }
 
-// claimed calls Claimed and returns the context the message goes on with.
+// claimed calls Claimed and returns the context the message goes on with. A message claimed at commit calls it
+// before its handler's first run, and once only: a second run, the usual way, goes on with the same context.
 func (o *observed) claimed(attempt int) context.Context {
+	if !o.claimedAt.IsZero() {
+		return o.ctx
+	}
 	o.claimedAt = time.Now()
 	ctx := o.msg.Context()
 	o.ctx = o.obs.Claimed(ctx, ClaimEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
@@ -262,6 +270,7 @@ func (o *observed) claimed(attempt int) context.Context {
 }
 
 func (o *observed) skipped() {
+	o.duplicate = true
 	o.obs.DuplicateSkipped(o.msg.Context(), SkipEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
 		Duration: time.Since(o.claimStart)})
 }
@@ -286,6 +295,8 @@ func (o *observed) finish(err error) {
 		outcome = OutcomeLeaseLost
 	case err == nil && o.committed:
 		outcome = OutcomeCommitted
+	case err == nil && o.duplicate:
+		outcome = OutcomeDuplicate
 	case err == nil:
 		outcome = OutcomeDeadLettered // acked without a commit of the effect: only a dead letter does that
 	}

@@ -80,6 +80,7 @@ type config struct {
 	batchRunning    int           // batches in flight at once
 	batchSet        bool
 	partitionPeriod time.Duration // 0: the inbox table is not managed as partitions
+	claimAtCommit   bool          // the claim goes with COMMIT (WithClaimAtCommit)
 
 	// Whether the option was given, for the options whose zero value is also a choice.
 	consumerSet    bool
@@ -128,6 +129,24 @@ const DefaultBatchConcurrency = 1
 func WithBatch(maxWait time.Duration, maxSize int) Option {
 	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
 }
+
+// WithClaimAtCommit sends the claim after the handler, in one round trip with COMMIT, instead of before it: on pgx v5
+// (pgxinbox, over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn) a message whose handler runs one statement then
+// costs two round trips (BEGIN with that statement; the claim with COMMIT) instead of three, and the transaction is
+// not open while the handler works before its first statement.
+//
+// Use it only for handlers whose every effect is on the inbox's transaction. The handler runs before the inbox
+// knows whether the message is a copy: a copy's handler runs, and its claim then finds the row, fails, and rolls
+// the transaction back with the handler's effect; the message then goes the usual way, claim first, which skips it
+// as a duplicate (and sends the messages it produced the first time again). An effect outside the transaction (a
+// call out, a publish of the handler's own, an e-mail) would happen for every copy. A claim that fails for any
+// other reason goes the usual way too. Racing copies both run their handlers, and one commits.
+//
+// A copy thus costs a handler run and a rolled-back transaction more than without the option, so it pays where
+// copies are rare. It applies to the transactions the inbox begins and commits; a message joined to watermill-sql's
+// subscriber transaction is claimed first as usual. New refuses it with lease mode and batch mode, and on a pool
+// that cannot send a statement with COMMIT (database/sql's drivers, where it would save nothing).
+func WithClaimAtCommit() Option { return func(c *config) { c.claimAtCommit = true } }
 
 // WithBatchConcurrency lets the handlers of n batches of one consumer use their transactions at once instead of
 // DefaultBatchConcurrency (1). Raise it when handlers write rows that concurrent messages rarely share: more
@@ -283,6 +302,10 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithBatch(%s, %d): want a wait of 0 or more", ErrInvalidOption, c.batchWait, c.batchSize)
 	case c.batchSet && c.lease > 0:
 		return fmt.Errorf("%w: WithBatch: lease mode runs each message alone; leave out WithBatch or WithLease", ErrInvalidOption)
+	case c.claimAtCommit && c.lease > 0:
+		return fmt.Errorf("%w: WithClaimAtCommit: lease mode records its claim before the call out; leave out one of the two", ErrInvalidOption)
+	case c.claimAtCommit && c.batchSet:
+		return fmt.Errorf("%w: WithClaimAtCommit: batch mode claims its messages together, first; leave out one of the two", ErrInvalidOption)
 	case c.batchRunning < 1:
 		return fmt.Errorf("%w: WithBatchConcurrency(%d): want at least 1", ErrInvalidOption, c.batchRunning)
 	case c.partitionPeriod != 0 && (c.partitionPeriod < time.Minute || c.partitionPeriod%time.Minute != 0):

@@ -234,6 +234,13 @@ type ClaimParams struct {
 	State string
 }
 
+// AtCommitClaimer is implemented by a dialect that can write a claim as a plain INSERT, one that fails on a row
+// already there instead of doing nothing: sent with COMMIT (WithClaimAtCommit), its failure keeps the transaction
+// from committing. ClaimAtCommit returns the statement and its arguments for a claim in state "done".
+type AtCommitClaimer interface {
+	ClaimAtCommit(p ClaimParams) (query string, args []any)
+}
+
 // ClaimBatchParams are the inputs of ClaimBatch.
 type ClaimBatchParams struct {
 	Table, Consumer string

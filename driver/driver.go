@@ -90,6 +90,21 @@ type Pool interface {
 	Begin(ctx context.Context, opts TxOptions) (Tx, error)
 }
 
+// CommitWither is implemented by a Tx that can send one last statement in the round trip of its COMMIT (pgxinbox's,
+// which pipelines them). The inbox's claim at commit (WithClaimAtCommit) needs it.
+type CommitWither interface {
+	// CommitWith runs query with args and then commits, the two in one round trip. ran reports that query
+	// succeeded, and err is then COMMIT's error: nil when the transaction committed. When query fails, ran is
+	// false, err is query's error, the COMMIT did not run, and the transaction is still to be rolled back; a
+	// connection lost on the way leaves both unknown, ran false.
+	CommitWith(ctx context.Context, query string, args ...any) (ran bool, err error)
+}
+
+// CommitWithPool is implemented by a Pool that can tell whether the transactions it begins are CommitWithers.
+type CommitWithPool interface {
+	CommitsWith() bool
+}
+
 // Joiner finds, in a message's context, a transaction that a subscriber opened and will commit itself (watermill-sql's
 // subscribers do), for the inbox to join instead of beginning its own.
 type Joiner interface {

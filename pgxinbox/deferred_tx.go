@@ -58,8 +58,8 @@ type deferredTx struct {
 	// The batch of a statement that carries BEGIN or a held-back statement, and its row, kept here so that they
 	// need no allocation of their own: the connection sends one such batch at a time.
 	batch  pgx.Batch
-	queued [3]pgx.QueuedQuery
-	queue  [3]*pgx.QueuedQuery
+	queued [4]pgx.QueuedQuery
+	queue  [4]*pgx.QueuedQuery
 	first  firstRow
 
 	pipe pgx.Batch // the batch members' first statements (execPipelined)
@@ -463,6 +463,59 @@ func (t *deferredTx) Commit(ctx context.Context) error {
 	return nil
 }
 
+// commitWith sends sql, with BEGIN or a held-back statement if they wait, and COMMIT after it, in one batch: one
+// round trip. ran reports that sql succeeded, and err is then COMMIT's, as Commit reports it, and the transaction has
+// ended. When sql fails, PostgreSQL skips the COMMIT that follows it in the batch: ran is false, err is sql's, and
+// the transaction is left failed, for Rollback. A statement without arguments cannot go in the batch (see
+// carriesBegin): it is sent first, then COMMIT.
+func (t *deferredTx) commitWith(ctx context.Context, sql string, args []any) (ran bool, err error) {
+	if err := t.usable(); err != nil {
+		return false, err
+	}
+	if !carriesBegin(args) {
+		if _, err := t.Exec(ctx, sql, args...); err != nil {
+			return false, err
+		}
+		return true, t.Commit(ctx)
+	}
+	beginning := t.state == pending
+	b := t.withLead(sql, args)
+	n := len(b.QueuedQueries)
+	t.queued[n] = pgx.QueuedQuery{SQL: commitSQL}
+	t.queue[n] = &t.queued[n]
+	b.QueuedQueries = t.queue[:n+1]
+	br := t.conn.SendBatch(ctx, b)
+	err = t.readLead(br)
+	if err == nil {
+		_, err = br.Exec()
+		ran = err == nil
+	}
+	var tag pgconn.CommandTag
+	if ran {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if beginning {
+		t.sent(err)
+	}
+	if !ran {
+		return false, err
+	}
+	defer t.end()
+	if err != nil {
+		if t.conn.PgConn().TxStatus() != 'I' {
+			_ = t.conn.Close(ctx) // as Commit: the error to report is err
+		}
+		return true, err
+	}
+	if tag.String() == "ROLLBACK" {
+		return true, pgx.ErrTxCommitRollback
+	}
+	return true, nil
+}
+
 // Rollback rolls the transaction back, and returns its connection to the pool. It is safe to call after Commit,
 // when it returns ErrTxClosed.
 func (t *deferredTx) Rollback(ctx context.Context) error {
@@ -485,7 +538,7 @@ func (t *deferredTx) end() {
 	t.deferredSQL, t.deferred, t.deferredErr = "", noDeferred, nil
 	t.first = firstRow{}
 	t.batch.QueuedQueries = nil
-	t.queued = [3]pgx.QueuedQuery{}
+	t.queued = [4]pgx.QueuedQuery{}
 	if t.pooled != nil {
 		t.pooled.Release() // the pool closes a connection left busy, closed or in a transaction
 		t.pooled = nil

@@ -39,6 +39,16 @@ func (p pool) MaxConns() int {
 	return 0
 }
 
+// CommitsWith reports whether the transactions the inbox begins on p send a statement with their COMMIT
+// (driver.CommitWithPool): on a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn they do.
+func (p pool) CommitsWith() bool {
+	switch p.b.(type) {
+	case acquirer, *pgxpool.Conn, *pgx.Conn:
+		return true
+	}
+	return false
+}
+
 // acquirer is what a pool of connections offers: *pgxpool.Pool.
 type acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
@@ -130,6 +140,12 @@ func (t *deferredView) Query(ctx context.Context, query string, args ...any) (dr
 func (t *deferredView) Commit(ctx context.Context) error   { return txDone(t.tx().Commit(ctx)) }
 func (t *deferredView) Rollback(ctx context.Context) error { return txDone(t.tx().Rollback(ctx)) }
 func (t *deferredView) Native() any                        { return t.tx() }
+
+// CommitWith runs query and commits, in one round trip (driver.CommitWither; see deferredTx.commitWith).
+func (t *deferredView) CommitWith(ctx context.Context, query string, args ...any) (bool, error) {
+	ran, err := t.tx().commitWith(ctx, query, args)
+	return ran, txDone(err)
+}
 
 // DeferExec holds query back until the transaction's next statement, to go in one round trip with it: the inbox
 // sets a batch member's savepoint so (see deferredTx.deferExec).

@@ -26,10 +26,11 @@ import (
 //	                 pgx.Tx of pgxinbox.TxFromContext
 //	kind=middleware-begintx  the same over a Beginner that is not a pool, whose transactions begin with pgx's own
 //	                 BeginTx: BEGIN is a round trip of its own instead of travelling with the claim
-//	kind=interleaved the three above in turn on every worker, message by message (see interleaved)
+//	kind=interleaved the three above in turn on every worker, message by message (see interleaved), and
+//	                 middleware-atcommit: the middleware with WithClaimAtCommit, the claim sent with COMMIT
 //	kind=interleaved-10ms  handlers that work 10 ms before their UPDATE, against a consumer without an inbox that
 //	                 works as long and then runs BEGIN, the UPDATE and COMMIT with pgx's own transaction, in turn
-//	                 as above: the middleware's middleware-10ms-x-bare-10ms
+//	                 as above: the middleware's middleware-10ms-x-bare-10ms, and middleware-atcommit-10ms's
 //
 // Each worker of each run updates a fresh account row of its own: in-flight messages do not queue on one row's lock,
 // and no kind inherits the dead row versions another left behind (they pile up while another session's snapshot
@@ -94,6 +95,12 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The same inbox with the claim sent with COMMIT (WithClaimAtCommit).
+	atCommit, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware-atcommit"),
+		inbox.WithClaimAtCommit())
+	if err != nil {
+		b.Fatal(err)
+	}
 	// handle runs the UPDATE through ib's middleware, after work outside the database.
 	handle := func(ib *inbox.Inbox, work time.Duration) func(account int) func(context.Context, string) error {
 		return func(account int) func(context.Context, string) error {
@@ -121,8 +128,9 @@ func benchThroughput(b *testing.B, params map[string]string) {
 				return ceilingMessage(ctx, pool, claim, update, ceilingID, id, account)
 			}
 		},
-		"middleware-begintx": handle(beginTx, 0),
-		"middleware":         handle(ib, 0),
+		"middleware-begintx":  handle(beginTx, 0),
+		"middleware":          handle(ib, 0),
+		"middleware-atcommit": handle(atCommit, 0),
 	}
 
 	// Handlers that work 10 ms before their statement, against a consumer without an inbox that works as long
@@ -139,6 +147,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 		}
 	}
 	kinds["middleware-10ms"] = handle(ib, work)
+	kinds["middleware-atcommit-10ms"] = handle(atCommit, work)
 
 	var runs atomic.Int64
 	for _, inflight := range []int{1, 4, 8} {
@@ -161,10 +170,10 @@ func benchThroughput(b *testing.B, params map[string]string) {
 				})
 			}
 			b.Run("kind=interleaved", func(b *testing.B) {
-				interleaved(b, &trips, []string{"ceiling", "middleware-begintx", "middleware"}, kinds, freshAccounts(b, 3*inflight), inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
+				interleaved(b, &trips, []string{"ceiling", "middleware-begintx", "middleware", "middleware-atcommit"}, kinds, freshAccounts(b, 4*inflight), inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
 			})
 			b.Run("kind=interleaved-10ms", func(b *testing.B) {
-				interleaved(b, &trips, []string{"bare-10ms", "middleware-10ms"}, kinds, freshAccounts(b, 2*inflight), inflight, fmt.Sprintf("interleaved-10ms-%d-%d-", runs.Add(1), time.Now().UnixNano()))
+				interleaved(b, &trips, []string{"bare-10ms", "middleware-10ms", "middleware-atcommit-10ms"}, kinds, freshAccounts(b, 3*inflight), inflight, fmt.Sprintf("interleaved-10ms-%d-%d-", runs.Add(1), time.Now().UnixNano()))
 			})
 		})
 	}

@@ -93,7 +93,7 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 		commitFailures: counter("watermill_inbox_commit_failures_total",
 			"Commits of claimed messages that failed: the effect was not recorded, and the message is nacked.", "consumer", "mode"),
 		finished: counter("watermill_inbox_finished_total",
-			"Claimed messages by how they ended (committed, failed, dead_lettered, lease_lost).", "consumer", "mode", "outcome"),
+			"Claimed messages by how they ended (committed, failed, dead_lettered, lease_lost, duplicate).", "consumer", "mode", "outcome"),
 		deadLetters: counter("watermill_inbox_dead_letters_total",
 			"Messages published to the dead-letter topic, by reason (missing_id, invalid_id, attempts_exhausted, ...).", "consumer", "reason"),
 		nacks: counter("watermill_inbox_nacks_total",

@@ -1,0 +1,289 @@
+package pgxinbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
+)
+
+// finishes records the Claimed and Finished events of an inbox, by event ID.
+type finishes struct {
+	inbox.NopObserver
+	mu       sync.Mutex
+	claimed  map[string]int
+	outcomes map[string][]inbox.Outcome
+	skipped  map[string]int
+}
+
+func newFinishes() *finishes {
+	return &finishes{claimed: map[string]int{}, outcomes: map[string][]inbox.Outcome{}, skipped: map[string]int{}}
+}
+
+func (f *finishes) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Context {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claimed[e.EventID]++
+	return ctx
+}
+
+func (f *finishes) Finished(_ context.Context, e inbox.FinishEvent) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outcomes[e.EventID] = append(f.outcomes[e.EventID], e.Outcome)
+}
+
+func (f *finishes) DuplicateSkipped(_ context.Context, e inbox.SkipEvent) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.skipped[e.EventID]++
+}
+
+func TestClaimAtCommit(t *testing.T) {
+	t.Parallel()
+
+	// BEGIN goes with the handler's statement, and the claim with COMMIT: two round trips, in every mode pgx sends
+	// statements in.
+	for _, mode := range []string{"cache_statement", "cache_describe", "exec", "simple_protocol"} {
+		t.Run("AMessageCostsTwoRoundTripsIn_"+mode, func(t *testing.T) {
+			t.Parallel()
+			var trips tripCounter
+			pool := openCountingPool(t, &trips, queryExecModes[mode])
+			b := newBundleOn(t, pool)
+			ib, err := pgxinbox.New(pool, b.options(inbox.WithClaimAtCommit())...)
+			require.NoError(t, err)
+			var calls atomic.Int64
+			h := ib.Middleware(b.credit(1, &calls))
+			_, err = h(newMsg("warm-up")) // the schema check, and the statements' first preparation or description
+			require.NoError(t, err)
+
+			trips.reset()
+			const messages = 20
+			for i := range messages {
+				_, err := h(newMsg(fmt.Sprintf("evt-%d", i)))
+				require.NoError(t, err)
+			}
+			require.Equal(t, int64(2*messages), trips.trips.Load())
+			require.Equal(t, messages+1, b.balance(t))
+			require.Equal(t, messages+1, b.rows(t, "wallet-credits"))
+
+			// A copy runs its handler, whose effect goes back with the failed claim, and is then skipped.
+			_, err = h(newMsg("evt-0"))
+			require.NoError(t, err)
+			require.EqualValues(t, messages+2, calls.Load(), "the copy's handler ran")
+			require.Equal(t, messages+1, b.balance(t), "and its credit was rolled back")
+		})
+	}
+
+	t.Run("AMessageWhoseHandlerRunsNoStatementCostsOneRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		var trips tripCounter
+		pool := openCountingPool(t, &trips, pgx.QueryExecModeCacheStatement)
+		b := newBundleOn(t, pool)
+		ib, err := pgxinbox.New(pool, b.options(inbox.WithClaimAtCommit())...)
+		require.NoError(t, err)
+		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+		_, err = h(newMsg("warm-up"))
+		require.NoError(t, err)
+		trips.reset()
+		for i := range 10 {
+			_, err := h(newMsg(fmt.Sprintf("evt-%d", i)))
+			require.NoError(t, err)
+		}
+		require.Equal(t, int64(10), trips.trips.Load(), "BEGIN, the claim and COMMIT in one")
+		require.Equal(t, 11, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("ACommitThatFailsAfterTheClaimIsNackedAndAppliesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		_, err := b.pool.Exec(context.Background(), `CREATE TABLE `+b.accounts+`_once (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+b.accounts+`_once`) })
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		require.NoError(t, err)
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(1, nil)(msg); err != nil {
+				return nil, err
+			}
+			tx, _ := pgxinbox.TxFromContext(msg.Context())
+			_, err := tx.Exec(msg.Context(), `INSERT INTO `+b.accounts+`_once VALUES ($1), ($1)`, 1) // checked at COMMIT
+			return nil, err
+		})
+		_, err = h(newMsg("evt-1"))
+		require.ErrorContains(t, err, "commit")
+		require.Zero(t, b.balance(t))
+		require.Zero(t, b.rows(t, "wallet-credits"))
+		require.Zero(t, b.pool.Stat().AcquiredConns())
+	})
+
+	t.Run("ACopyIsSkippedItsEffectRolledBackAndWhatTheFirstProducedSentAgain", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		obs := newFinishes()
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit(), inbox.WithObserver(obs))...)
+		require.NoError(t, err)
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(1, &calls)(msg); err != nil {
+				return nil, err
+			}
+			return []*message.Message{message.NewMessage(fmt.Sprintf("out-%d", calls.Load()), []byte("credited"))}, nil
+		})
+		first, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Len(t, first, 1)
+		again, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Len(t, again, 1, "the copy returns what the first run produced")
+		require.Equal(t, first[0].UUID, again[0].UUID)
+		require.Equal(t, "credited", string(again[0].Payload))
+		require.EqualValues(t, 2, calls.Load())
+		require.Equal(t, 1, b.balance(t))
+
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		require.Equal(t, 2, obs.claimed["evt-1"], "one Claimed per delivery")
+		require.Equal(t, []inbox.Outcome{inbox.OutcomeCommitted, inbox.OutcomeDuplicate}, obs.outcomes["evt-1"])
+		require.Equal(t, 1, obs.skipped["evt-1"])
+	})
+
+	t.Run("RacingCopiesApplyOnce", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		require.NoError(t, err)
+		h := ib.Middleware(b.credit(1, nil))
+		const ids, copies = 20, 4
+		var wg sync.WaitGroup
+		errs := make(chan error, ids*copies)
+		for n := range ids {
+			for range copies {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := h(newMsg(fmt.Sprintf("evt-%d", n))); err != nil {
+						errs <- err
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, ids, b.balance(t), "each ID credited once")
+		require.Equal(t, ids, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("AFailingHandlerIsNackedAndACopyOfAnAppliedMessageIsSkippedAsUsual", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		require.NoError(t, err)
+		var fail atomic.Bool
+		var calls atomic.Int64
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(1, &calls)(msg); err != nil {
+				return nil, err
+			}
+			if fail.Load() {
+				return nil, errors.New("the handler failed")
+			}
+			return nil, nil
+		})
+		_, err = h(newMsg("applied"))
+		require.NoError(t, err)
+
+		fail.Store(true)
+		_, err = h(newMsg("new"))
+		require.ErrorContains(t, err, "the handler failed", "nacked")
+		_, err = h(newMsg("applied"))
+		require.NoError(t, err, "a copy is skipped, whatever its handler would now do, as without the option")
+		require.Equal(t, 1, b.balance(t))
+		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+	})
+
+	t.Run("APanickingHandlerPanicsAndACopyIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		require.NoError(t, err)
+		var panics atomic.Bool
+		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if _, err := b.credit(1, nil)(msg); err != nil {
+				return nil, err
+			}
+			if panics.Load() {
+				panic("the handler panicked")
+			}
+			return nil, nil
+		})
+		_, err = h(newMsg("applied"))
+		require.NoError(t, err)
+		panics.Store(true)
+		require.PanicsWithValue(t, "the handler panicked", func() { _, _ = h(newMsg("new")) })
+		_, err = h(newMsg("applied"))
+		require.NoError(t, err)
+		require.Equal(t, 1, b.balance(t))
+		require.Zero(t, b.pool.Stat().AcquiredConns(), "every connection went back to the pool")
+	})
+
+	t.Run("ARowLeaseModeReleasedIsTakenOver", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		lease, err := pgxinbox.New(b.pool, b.options(inbox.WithLease(time.Minute))...)
+		require.NoError(t, err)
+		_, err = lease.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("call failed") })(newMsg("evt-1"))
+		require.Error(t, err)
+		state, _ := b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "released", state)
+
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		require.NoError(t, err)
+		_, err = ib.Middleware(b.credit(1, nil))(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Equal(t, 1, b.balance(t))
+		state, _ = b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, "done", state)
+	})
+
+	t.Run("AnIDTheTableRefusesIsRejectedAsUsual", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t, inbox.WithIDType(inbox.IDTypeUUID))
+		dlq := &recordingPublisher{}
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit(), inbox.WithIDType(inbox.IDTypeUUID),
+			inbox.WithDeadLetter(dlq, "dead"))...)
+		require.NoError(t, err)
+		_, err = ib.Middleware(b.credit(1, nil))(newMsg("not-a-uuid"))
+		require.NoError(t, err, "dead-lettered, and acked")
+		require.Len(t, dlq.Messages("dead"), 1)
+		require.Zero(t, b.balance(t))
+	})
+
+	t.Run("IsRefusedWithLeaseModeBatchModeAndOverDatabaseSQL", func(t *testing.T) {
+		t.Parallel()
+		pool := openPool(t, testDSN())
+		for _, opts := range [][]inbox.Option{
+			{inbox.WithClaimAtCommit(), inbox.WithLease(time.Minute)},
+			{inbox.WithClaimAtCommit(), inbox.WithBatch(0, 8)},
+		} {
+			_, err := pgxinbox.New(pool, opts...)
+			require.ErrorIs(t, err, inbox.ErrInvalidOption)
+		}
+		_, err := inbox.New(openStdlib(t, testDSN()), inbox.WithClaimAtCommit())
+		require.ErrorIs(t, err, inbox.ErrInvalidOption)
+		require.ErrorContains(t, err, "pgxinbox")
+	})
+}
