@@ -23,6 +23,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lib/pq"
@@ -52,12 +53,17 @@ const (
 	// partitionedVariant is inboxVariant on a table of managed partitions (WithPartitions, one an hour) keyed by
 	// uuid: the events carry UUIDv7 IDs (StampUUIDv7), so each claim lands in the partition of its ID's hour.
 	partitionedVariant variant = "inbox-partitioned"
+	// atCommitVariant is inboxVariant on pgx v5 with the claim sent with COMMIT (WithClaimAtCommit): pgxinbox over
+	// a pgxpool.Pool, the handler crediting on the pgx.Tx of pgxinbox.TxFromContext before the claim is made.
+	atCommitVariant variant = "inbox-atcommit"
 )
 
-var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant, batchVariant, batchPgxVariant, partitionedVariant}
+var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant, batchVariant, batchPgxVariant, partitionedVariant, atCommitVariant}
 
 // usesInbox reports whether the variant's handler runs under the inbox middleware.
-func (v variant) usesInbox() bool { return v == inboxVariant || v == partitionedVariant || v.batched() }
+func (v variant) usesInbox() bool {
+	return v == inboxVariant || v == partitionedVariant || v == atCommitVariant || v.batched()
+}
 
 // table is the inbox table the variant's consumers claim in.
 func (v variant) table() string {
@@ -268,6 +274,22 @@ func consume(c consumerConfig) error {
 			opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID))
 		}
 		ib, err := inbox.New(db, opts...)
+		if err != nil {
+			return err
+		}
+		h.AddMiddleware(ib.Middleware)
+	case atCommitVariant:
+		cfg, err := pgxpool.ParseConfig(withAppName(c.DSN, c.Run))
+		if err != nil {
+			return fmt.Errorf("parse %s for pgx: %w", c.DSN, err)
+		}
+		cfg.MaxConns = int32(c.Pool)
+		if cons.pgx, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
+			return fmt.Errorf("pgx pool on %s: %w", c.DSN, err)
+		}
+		defer cons.pgx.Close()
+		ib, err := pgxinbox.New(cons.pgx, inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run),
+			inbox.WithLogger(logger), inbox.WithClaimAtCommit())
 		if err != nil {
 			return err
 		}

@@ -113,6 +113,8 @@ func TestKill_InboxNeitherDuplicatesNorLosesAcrossHardKills(t *testing.T) {
 		{"InBatchMode", batchVariant},
 		// Managed partitions: UUIDv7 IDs, each claim in the partition of its ID's hour.
 		{"OnAPartitionedTable", partitionedVariant},
+		// pgx with the claim sent with COMMIT: a redelivered copy runs its credit, and the failed claim rolls it back.
+		{"WithTheClaimAtCommit", atCommitVariant},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			logTo(t)

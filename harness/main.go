@@ -32,8 +32,9 @@ Commands:
               at-most-once (InstantAck), after-db (ack after the database commit, offsets auto-committed every
               second), after-db-sync (offset committed on every ack), inbox, batch (the inbox in batch mode,
               WithBatch: the messages in flight share one transaction), and inbox-partitioned (the inbox on a
-              table of managed partitions, one an hour, WithPartitions, with UUIDv7 event IDs; not run unless
-              --variants names it).
+              table of managed partitions, one an hour, WithPartitions, with UUIDv7 event IDs) and
+              inbox-atcommit (the inbox on pgx v5 with the claim sent with COMMIT, WithClaimAtCommit); the last two
+              not run unless --variants names them.
   zombie      Three consumers; one message in --stall-every stalls, the first time it is handled, longer than
               the rebalance timeout. A member joins the group when a stall begins, as in a deploy, so a rebalance
               runs while the handler holds its message; the broker evicts the stalled member, its partitions move,
