@@ -409,6 +409,7 @@ func dbFaultsReport(c dbFaultsConfig, res []dbFaultsResult) (string, string) {
 // measured: what the inbox costs, what batch mode buys back, and how close each comes to the ceiling.
 var throughputRatios = [][2]string{
 	{string(inboxVariant), string(afterDB)},
+	{string(atCommitVariant), string(afterDB)},
 	{string(batchVariant), string(inboxVariant)},
 	{string(batchPgxVariant), string(batchVariant)},
 	{string(inboxVariant), ceilingName},
@@ -418,7 +419,7 @@ var throughputRatios = [][2]string{
 
 var throughputColors = map[string]string{
 	ceilingName: "#2980b9", string(afterDB): colorNeutral, string(afterDBSync): "#8e44ad", string(inboxVariant): colorInbox,
-	string(batchVariant): "#e67e22", string(batchPgxVariant): "#d35400",
+	string(batchVariant): "#e67e22", string(batchPgxVariant): "#d35400", string(atCommitVariant): "#16a085",
 }
 
 // throughputReport renders one table per transport and handler sleep, a row per number of messages in flight,

@@ -89,7 +89,7 @@ func consumeTransportCommand(args []string) error {
 	var kind, v string
 	fs.StringVar(&kind, "transport", "", "transport of the cell")
 	fs.StringVar(&c.Addr, "addr", "", "broker address")
-	fs.StringVar(&v, "variant", string(inboxVariant), "inbox, after-db, batch or batch-pgx")
+	fs.StringVar(&v, "variant", string(inboxVariant), "inbox, after-db, batch, batch-pgx or inbox-atcommit")
 	fs.StringVar(&c.Run, "run", "", "run ID")
 	fs.StringVar(&c.Name, "name", "consumer", "this consumer's name")
 	fs.StringVar(&c.DSN, "dsn", defaultDSN, "PostgreSQL DSN")
@@ -164,6 +164,9 @@ func consumeTransport(c transportConsumerConfig) error {
 	if c.Variant.batched() {
 		opts = append(opts, c.Batch.options()...)
 	}
+	if c.Variant == atCommitVariant {
+		opts = append(opts, inbox.WithClaimAtCommit())
+	}
 	switch {
 	case c.Variant.usesInbox() && pool != nil:
 		// pgxinbox over the pool; its Database joins the transaction of watermill-sql v4's subscriber by default.
@@ -218,7 +221,7 @@ func consumeTransport(c transportConsumerConfig) error {
 // the others, either capped at c.Pool connections and named after the run (application_name).
 func openConsumerDB(c transportConsumerConfig) (*sql.DB, *pgxpool.Pool, error) {
 	dsn := withAppName(c.DSN, c.Run)
-	if !c.Transport.overPgx() && c.Variant != batchPgxVariant {
+	if !c.Transport.overPgx() && c.Variant != batchPgxVariant && c.Variant != atCommitVariant {
 		db, err := sql.Open("postgres", dsn)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %s: %w", c.DSN, err)
