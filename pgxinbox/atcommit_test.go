@@ -266,10 +266,19 @@ func TestClaimAtCommit(t *testing.T) {
 		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit(), inbox.WithIDType(inbox.IDTypeUUID),
 			inbox.WithDeadLetter(dlq, "dead"))...)
 		require.NoError(t, err)
-		_, err = ib.Middleware(b.credit(1, nil))(newMsg("not-a-uuid"))
+		var calls atomic.Int64
+		h := ib.Middleware(b.credit(1, &calls))
+		_, err = h(newMsg("not-a-uuid"))
 		require.NoError(t, err, "dead-lettered, and acked")
 		require.Len(t, dlq.Messages("dead"), 1)
 		require.Zero(t, b.balance(t))
+
+		const id = "0195f3a0-0000-7000-8000-000000000001"
+		calls.Store(0)
+		_, err = h(newMsg(id))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, calls.Load(), "a UUID is claimed at commit, at the first try")
+		require.Equal(t, 1, b.balance(t))
 	})
 
 	t.Run("IsRefusedWithLeaseModeBatchModeAndOverDatabaseSQL", func(t *testing.T) {
