@@ -247,24 +247,32 @@ func TestDBFaults_InboxRecoversFromTerminationsAndARestartByItself(t *testing.T)
 	t.Cleanup(func() { e.db.Close() })
 	privateStart := postmasterStart(t, e.db)
 
-	c := dbFaultsConfig{Variants: []variant{inboxVariant}, Runs: 1, Events: 3000, Sleep: 5 * time.Millisecond,
+	// The inbox per message, and on pgx with the claim at commit, whose transactions are open only from the
+	// handler's statement to the COMMIT: few of its backends are caught in one, and a run may see none terminated.
+	c := dbFaultsConfig{Variants: []variant{inboxVariant, atCommitVariant}, Runs: 1, Events: 3000, Sleep: 5 * time.Millisecond,
 		TerminateEvery: 300 * time.Millisecond, Restarts: 1, Restart: srv.restart, Seed: 1, Drain: 4 * time.Minute}
 	res, err := runDBFaults(ctx, e, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := res[0]
-	if r.Restarts != 1 || r.Terminated == 0 {
-		t.Fatalf("%d restarts and %d terminated backends: the faults did not happen", r.Restarts, r.Terminated)
+	if len(res) != len(c.Variants) {
+		t.Fatalf("%d results for %d variants", len(res), len(c.Variants))
+	}
+	for _, r := range res {
+		if r.Restarts != 1 || (r.Variant == inboxVariant && r.Terminated == 0) {
+			t.Fatalf("%s: %d restarts and %d terminated backends: the faults did not happen", r.Variant, r.Restarts, r.Terminated)
+		}
+		if r.Duplicates != 0 || r.Losses != 0 {
+			t.Fatalf("%s under database faults: %d duplicate credits, %d lost events; want 0 and 0", r.Variant, r.Duplicates, r.Losses)
+		}
+		if !r.SameProcess {
+			t.Fatalf("%s: the consumer did not survive the faults in one piece", r.Variant)
+		}
+		t.Logf("%s: %d backends terminated, back to work %.2fs after the restart, %d failed handlings redelivered, %d skipped",
+			r.Variant, r.Terminated, r.Recoveries[0].Seconds(), r.Nacks, r.Skipped)
 	}
 	if got := postmasterStart(t, e.db); !got.After(privateStart) {
 		t.Fatalf("the test's server started at %s before the run and at %s after: it was not restarted", privateStart, got)
-	}
-	if r.Duplicates != 0 || r.Losses != 0 {
-		t.Fatalf("inbox under database faults: %d duplicate credits, %d lost events; want 0 and 0", r.Duplicates, r.Losses)
-	}
-	if !r.SameProcess {
-		t.Fatal("the consumer did not survive the faults in one piece")
 	}
 	if got := postmasterStart(t, shared.db); !got.Equal(sharedStart) {
 		t.Fatalf("the shared server started at %s before the run and at %s after: the test restarted it", sharedStart, got)
@@ -272,8 +280,6 @@ func TestDBFaults_InboxRecoversFromTerminationsAndARestartByItself(t *testing.T)
 	if c := calls(); c != "" {
 		t.Fatalf("the test ran pg_ctlcluster %s", c)
 	}
-	t.Logf("%d backends terminated, back to work %.2fs after the restart, %d failed handlings redelivered, %d skipped",
-		r.Terminated, r.Recoveries[0].Seconds(), r.Nacks, r.Skipped)
 }
 
 // The manual command restarts what it started, or what the user said how to restart; a server named only by --dsn
