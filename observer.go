@@ -20,7 +20,9 @@ import (
 // and Committed, LeaseLost and Finished of the same message are called with it.
 type Observer interface {
 	// Claimed is called when a message's row is claimed for its consumer, before the handler runs. It returns ctx,
-	// or a context derived from it, for the handler and the message's later hooks; nil stands for ctx.
+	// or a context derived from it, for the handler and the message's later hooks; nil stands for ctx. With
+	// WithClaimAtCommit the claim goes with the COMMIT, after the handler, and Claimed is called before the handler
+	// all the same, once per delivery: a copy then gets DuplicateSkipped, and finishes with OutcomeDuplicate.
 	Claimed(ctx context.Context, e ClaimEvent) context.Context
 	// Committed is called when the inbox ends a claimed message's transaction, its effect included, whether the
 	// commit worked or not (see CommitEvent).
