@@ -14,8 +14,8 @@ import (
 
 // StdSQL returns a Pool over db, for any database/sql driver.
 func StdSQL(db *sql.DB) Pool {
-	p := stdPool{db: db, literal: db != nil && isLibpq(db.Driver())}
-	if p.literal {
+	p := stdPool{db: db}
+	if db != nil && isLibpq(db.Driver()) {
 		p.sessions = &sessions{}
 	}
 	return p
@@ -27,8 +27,7 @@ func StdSQLTx(tx *sql.Tx) Tx { return stdTx{tx: tx} }
 
 type stdPool struct {
 	db       *sql.DB
-	literal  bool      // its transactions' LiteralArgs
-	sessions *sessions // its connections' SessionState, or nil
+	sessions *sessions // over lib/pq, its connections' SessionState; nil otherwise
 }
 
 // isLibpq reports whether d is lib/pq's driver, found by its type so that this package need not import it.
@@ -51,7 +50,7 @@ func (p stdPool) Begin(ctx context.Context, opts TxOptions) (Tx, error) {
 		if err != nil {
 			return nil, err
 		}
-		return stdTx{tx: tx, literal: p.literal}, nil
+		return stdTx{tx: tx, sessions: p.sessions}, nil
 	}
 	return p.beginOnConn(ctx, o)
 }
@@ -72,7 +71,7 @@ func (p stdPool) beginOnConn(ctx context.Context, o *sql.TxOptions) (Tx, error) 
 		}
 		tx, err := conn.BeginTx(ctx, o)
 		if err == nil {
-			return stdTx{tx: tx, literal: p.literal, conn: conn, session: session, sessions: p.sessions}, nil
+			return stdTx{tx: tx, conn: conn, session: session, sessions: p.sessions}, nil
 		}
 		_ = conn.Close()
 		if !errors.Is(err, sqldriver.ErrBadConn) || tries == 3 {
@@ -108,16 +107,16 @@ func (s *sessions) of(dc any) *sync.Map {
 }
 
 type stdTx struct {
-	tx      *sql.Tx
-	literal bool
-	// Over lib/pq: the connection the transaction holds, given back when it ends, and the notes on its session.
+	tx *sql.Tx
+	// Over lib/pq: the connection the transaction holds, given back when it ends (nil once the pool's sessions
+	// were lost), the notes on its session, and the pool's notes.
 	conn     *sql.Conn
 	session  *sync.Map
 	sessions *sessions
 }
 
-// LiteralArgs is true over lib/pq (see LiteralArgs).
-func (t stdTx) LiteralArgs() bool { return t.literal }
+// LiteralArgs is true over lib/pq (see LiteralArgs), whose transactions have sessions, lost or not.
+func (t stdTx) LiteralArgs() bool { return t.sessions != nil }
 
 // Session is the notes on the transaction's connection, over lib/pq until SessionLost (see SessionState).
 func (t stdTx) Session() *sync.Map {

@@ -112,7 +112,10 @@ func TestStdSQL_NotesGoWithTheirConnection(t *testing.T) {
 }
 
 func TestStdSQL_NoNotesOverOtherDrivers(t *testing.T) {
-	if p := StdSQL(nil).(stdPool); p.sessions != nil || p.literal {
+	if p := StdSQL(nil).(stdPool); p.sessions != nil {
 		t.Fatal("a pool without lib/pq keeps no notes")
+	}
+	if (stdTx{}).LiteralArgs() {
+		t.Fatal("a transaction without lib/pq keeps its arguments")
 	}
 }
