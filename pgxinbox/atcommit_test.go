@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -57,28 +58,14 @@ func TestClaimAtCommit(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "exec", "simple_protocol"} {
 		t.Run("AMessageCostsTwoRoundTripsIn_"+mode, func(t *testing.T) {
 			t.Parallel()
-			var trips tripCounter
-			pool := openCountingPool(t, &trips, queryExecModes[mode])
-			b := newBundleOn(t, pool)
-			ib, err := pgxinbox.New(pool, b.options(inbox.WithClaimAtCommit())...)
-			require.NoError(t, err)
-			var calls atomic.Int64
-			h := ib.Middleware(b.credit(1, &calls))
-			_, err = h(newMsg("warm-up")) // the schema check, and the statements' first preparation or description
-			require.NoError(t, err)
-
-			trips.reset()
 			const messages = 20
-			for i := range messages {
-				_, err := h(newMsg(fmt.Sprintf("evt-%d", i)))
-				require.NoError(t, err)
-			}
-			require.Equal(t, int64(2*messages), trips.trips.Load())
+			trips, b, h, calls := messagesOverCountedPool(t, queryExecModes[mode], messages, inbox.WithClaimAtCommit())
+			require.Equal(t, int64(2*messages), trips)
 			require.Equal(t, messages+1, b.balance(t))
 			require.Equal(t, messages+1, b.rows(t, "wallet-credits"))
 
 			// A copy runs its handler, whose effect goes back with the failed claim, and is then skipped.
-			_, err = h(newMsg("evt-0"))
+			_, err := h(newMsg("evt-0"))
 			require.NoError(t, err)
 			require.EqualValues(t, messages+2, calls.Load(), "the copy's handler ran")
 			require.Equal(t, messages+1, b.balance(t), "and its credit was rolled back")
@@ -163,26 +150,8 @@ func TestClaimAtCommit(t *testing.T) {
 		b := newBundle(t)
 		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
-		h := ib.Middleware(b.credit(1, nil))
 		const ids, copies = 20, 4
-		var wg sync.WaitGroup
-		errs := make(chan error, ids*copies)
-		for n := range ids {
-			for range copies {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, err := h(newMsg(fmt.Sprintf("evt-%d", n))); err != nil {
-						errs <- err
-					}
-				}()
-			}
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		require.Empty(t, inboxtest.DeliverCopies(t, ib.Middleware(b.credit(1, nil)), inboxtest.EventIDs("evt", ids), copies))
 		require.Equal(t, ids, b.balance(t), "each ID credited once")
 		require.Equal(t, ids, b.rows(t, "wallet-credits"))
 	})

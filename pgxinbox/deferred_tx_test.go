@@ -25,22 +25,9 @@ func TestRoundTrips(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "exec", "simple_protocol"} {
 		t.Run("AMessageCostsThreeRoundTripsIn_"+mode, func(t *testing.T) {
 			t.Parallel()
-			var trips tripCounter
-			pool := openCountingPool(t, &trips, queryExecModes[mode])
-			b := newBundleOn(t, pool)
-			ib, err := pgxinbox.New(pool, b.options()...)
-			require.NoError(t, err)
-			h := ib.Middleware(b.credit(1, nil))
-			_, err = h(newMsg("warm-up")) // the schema check, and the statements' first preparation or description
-			require.NoError(t, err)
-
-			trips.reset()
 			const messages = 20
-			for i := range messages {
-				_, err := h(newMsg(fmt.Sprintf("evt-%d", i)))
-				require.NoError(t, err)
-			}
-			require.Equal(t, int64(3*messages), trips.trips.Load())
+			trips, b, _, _ := messagesOverCountedPool(t, queryExecModes[mode], messages)
+			require.Equal(t, int64(3*messages), trips)
 			require.Equal(t, messages+1, b.balance(t))
 		})
 	}

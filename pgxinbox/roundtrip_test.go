@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
 // tripCounter counts the round trips of every connection a pool dialled through it, and the time the client
@@ -167,4 +172,27 @@ func openCountingPoolWith(t testing.TB, trips *tripCounter, mode pgx.QueryExecMo
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// messagesOverCountedPool builds pgxinbox's middleware, with opts, over a pool that sends statements in mode and
+// counts its round trips, around a handler that credits account 1 with one UPDATE. It applies a warm-up message
+// (the schema check, and the statements' first preparation or description), then n messages, and returns the
+// round trips of those n, the bundle, the handler and how often the handler ran.
+func messagesOverCountedPool(t *testing.T, mode pgx.QueryExecMode, n int, opts ...inbox.Option) (int64, *testBundle, message.HandlerFunc, *atomic.Int64) {
+	t.Helper()
+	var trips tripCounter
+	pool := openCountingPool(t, &trips, mode)
+	b := newBundleOn(t, pool)
+	ib, err := pgxinbox.New(pool, b.options(opts...)...)
+	require.NoError(t, err)
+	calls := &atomic.Int64{}
+	h := ib.Middleware(b.credit(1, calls))
+	_, err = h(newMsg("warm-up"))
+	require.NoError(t, err)
+	trips.reset()
+	for i := range n {
+		_, err := h(newMsg(fmt.Sprintf("evt-%d", i)))
+		require.NoError(t, err)
+	}
+	return trips.trips.Load(), b, h, calls
 }
