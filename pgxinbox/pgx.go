@@ -23,21 +23,25 @@ type Beginner interface {
 }
 
 // Pool returns the inbox's view of p: every transaction the inbox begins, it begins on p.
-func Pool(p Beginner) driver.Pool { return pool{p} }
+func Pool(p Beginner) driver.Pool {
+	maxConns := 0
+	if pp, ok := p.(*pgxpool.Pool); ok {
+		maxConns = int(pp.Config().MaxConns) // fixed when the pool is made; Config copies it, so read it once
+	}
+	return pool{p, maxConns}
+}
 
 // Tx returns the inbox's view of tx, a transaction someone else began and will end: the inbox only runs statements
 // on it (watermill-sql v4's subscriber transaction over pgx, for one).
 func Tx(tx pgx.Tx) driver.Tx { return pgxTx{tx} }
 
-type pool struct{ b Beginner }
+type pool struct {
+	b        Beginner
+	maxConns int
+}
 
 // MaxConns is the pool's limit of connections, for a *pgxpool.Pool; 0 (unknown) for anything else.
-func (p pool) MaxConns() int {
-	if pp, ok := p.b.(*pgxpool.Pool); ok {
-		return int(pp.Config().MaxConns)
-	}
-	return 0
-}
+func (p pool) MaxConns() int { return p.maxConns }
 
 // CommitsWith reports whether the transactions the inbox begins on p send a statement with their COMMIT
 // (driver.CommitWithPool): on a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn they do.

@@ -343,3 +343,14 @@ func applyAll(t *testing.T, b *testBundle, ids ...string) {
 		require.NoError(t, err)
 	}
 }
+
+// A batch that forms reads how many connections the pool allows, so that batches waiting for their turn leave
+// some free. The limit is read once, when the pool is wrapped: pgxpool's Config copies the whole configuration on
+// every call, which once cost batch mode an eighth of its allocations.
+func TestPool_ItsLimitOfConnectionsIsReadOnce(t *testing.T) {
+	p := openPool(t, testDSN())
+	limited, ok := pgxinbox.Pool(p).(interface{ MaxConns() int })
+	require.True(t, ok, "the pool does not tell its limit of connections")
+	require.Equal(t, 10, limited.MaxConns())
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = limited.MaxConns() }), "MaxConns allocates")
+}
