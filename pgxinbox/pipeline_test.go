@@ -226,6 +226,26 @@ func TestBatchPipeline(t *testing.T) {
 		require.Equal(t, (rounds+1)*inbox.MaxBatchSize, b.balance(t))
 	})
 
+	// Members that start their handlers while an earlier batch has the turn wait for it, and all wake when it
+	// comes: their statements go in one pipeline, not the first to wake alone and the rest after it.
+	t.Run("MembersThatWaitedForTheTurnShareOnePipeline", func(t *testing.T) {
+		t.Parallel()
+		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
+		ib := b.inbox(t, inbox.MaxBatchSize)
+		ids := batchIDsOf("gathered", inbox.MaxBatchSize)
+		for id, err := range oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
+			_, err := b.record(msg)
+			return nil, err
+		}) {
+			require.NoError(t, err, id)
+		}
+		require.Equal(t, ids, b.ledgerIDs(t))
+		b.log.mu.Lock()
+		defer b.log.mu.Unlock()
+		require.Len(t, b.log.pipelines, 1, "the members' statements went in more than one pipeline")
+		require.ElementsMatch(t, ids, b.log.pipelines[0])
+	})
+
 	// The first member to get its answer heads the line. It waits until every member behind it ran its statement,
 	// then fails: its rollback undoes theirs too, and they must run again, once each.
 	t.Run("AMemberThatFailsAfterLaterMembersRanLeavesThemAppliedOnce", func(t *testing.T) {
