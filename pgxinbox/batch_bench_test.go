@@ -163,3 +163,59 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 		b.ReportMetric(float64(b.N)/float64(commits), "msgs/commit")
 	}
 }
+
+// BenchmarkBatchFloor is what pgx alone does with a batch's statements, with no inbox and no router: one
+// connection, one batch after another, each BEGIN; for each of n messages a savepoint and the UPDATE of
+// BenchmarkRouterBatch, all in one pipeline; COMMIT. There is no claim, so it does less than a batch does. Read its
+// cpu-µs/msg beside BenchmarkRouterBatch's: it is the part of the client's time that pgx and the statements
+// take, and its msgs/s what the database does for one client that waits for nothing else.
+//
+//	go test -run '^$' -bench 'BatchFloor|RouterBatch/inflight=64/work=none' -benchtime 20000x .
+func BenchmarkBatchFloor(b *testing.B) {
+	pool := openCountingPoolWith(b, &tripCounter{}, pgx.QueryExecModeCacheStatement, nil)
+	bundle := newBundleOn(b, pool)
+	ctx := context.Background()
+	const accounts = 100_000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
+		b.Fatal(err)
+	}
+	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	for _, n := range []int{16, inbox.MaxBatchSize} {
+		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
+			var batch pgx.Batch
+			next := 0
+			run := func(messages int) {
+				for done := 0; done < messages; done += n {
+					batch.QueuedQueries = batch.QueuedQueries[:0]
+					batch.Queue("begin")
+					for k := range n {
+						batch.Queue("savepoint m" + strconv.Itoa(k))
+						batch.Queue(update, 1+next%accounts)
+						next++
+					}
+					batch.Queue("commit")
+					if err := conn.SendBatch(ctx, &batch).Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			run(n) // the statements' preparation
+			b.ResetTimer()
+			cpu0, cpuKnown := processCPU()
+			start := time.Now()
+			run(b.N)
+			elapsed := time.Since(start)
+			cpu1, _ := processCPU()
+			messages := (b.N + n - 1) / n * n
+			b.ReportMetric(float64(messages)/elapsed.Seconds(), "msgs/s")
+			if cpuKnown {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(messages), "cpu-µs/msg")
+			}
+		})
+	}
+}
