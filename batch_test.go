@@ -289,6 +289,52 @@ func TestBatch_HandlersOverlapTheirWorkBeforeTheTransaction(t *testing.T) {
 	require.Equal(t, inbox.MaxBatchSize, b.balance(t))
 }
 
+func TestBatch_HandlersThatWorkLongerThanTheWaitAreNotHeldToFillABatch(t *testing.T) {
+	t.Parallel()
+	// While a batch runs, a new one that is not full waits up to maxWait for more messages. Handlers that work
+	// longer than that before their first statement gain nothing from a fuller batch and lose the wait: once the
+	// inbox has seen such handlers, a message that arrives while others run starts its handler at once.
+	const wait = 500 * time.Millisecond
+	// Two turns on the connection: the message that runs alone holds one until the test ends.
+	ib, b := setup(t, inbox.WithBatch(wait, inbox.MaxBatchSize), inbox.WithBatchConcurrency(2))
+	var started sync.Map // ID -> when its handler started
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // a failed assertion must not leave a handler waiting, and the test hanging
+	mw := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		id := msg.Metadata.Get(inbox.DefaultIDMetadataKey)
+		started.Store(id, time.Now())
+		if id == "running" {
+			<-hold // keeps a message running, so that the others find one running
+		} else {
+			time.Sleep(2 * wait) // the work before the handler's statement
+		}
+		return b.credit(1, nil)(msg)
+	})
+	deliver := func(id string) <-chan error {
+		done := make(chan error, 1)
+		go func() { _, err := mw(newMsg(id)); done <- err }()
+		return done
+	}
+	startedAt := func(id string) func() bool {
+		return func() bool { _, ok := started.Load(id); return ok }
+	}
+
+	running := deliver("running") // nothing runs: it goes alone, at once
+	require.Eventually(t, startedAt("running"), 10*time.Second, time.Millisecond)
+	require.NoError(t, <-deliver("slow")) // its handler's 1 s before its statement is what the inbox learns
+
+	arrived := time.Now()
+	last := deliver("last")
+	require.Eventually(t, startedAt("last"), 10*time.Second, time.Millisecond)
+	s, _ := started.Load("last")
+	require.Less(t, s.(time.Time).Sub(arrived), wait/2, "the message waited to fill a batch")
+	require.NoError(t, <-last)
+	release()
+	require.NoError(t, <-running)
+	require.Equal(t, 3, b.balance(t))
+}
+
 func TestBatch_DuplicatesAndProducedMessagesBehaveAsWithoutBatching(t *testing.T) {
 	t.Parallel()
 	ib, b := setup(t, inbox.WithBatch(0, 8))
