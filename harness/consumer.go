@@ -202,9 +202,6 @@ func consumeCommand(args []string) error {
 	if c.Variant, err = parseVariant(v); err != nil {
 		return err
 	}
-	if c.Variant == batchPgxVariant {
-		return errors.New("consume: batch-pgx runs under consume-transport only; this consumer is database/sql")
-	}
 	c.Brokers = brokerList(brokers)
 	if len(c.Brokers) == 0 || c.Topic == "" || c.Group == "" || c.Run == "" {
 		return errors.New("consume: --brokers, --topic, --group and --run are required")
@@ -278,7 +275,7 @@ func consume(c consumerConfig) error {
 			return err
 		}
 		h.AddMiddleware(ib.Middleware)
-	case atCommitVariant:
+	case atCommitVariant, batchPgxVariant:
 		cfg, err := pgxpool.ParseConfig(withAppName(c.DSN, c.Run))
 		if err != nil {
 			return fmt.Errorf("parse %s for pgx: %w", c.DSN, err)
@@ -288,8 +285,13 @@ func consume(c consumerConfig) error {
 			return fmt.Errorf("pgx pool on %s: %w", c.DSN, err)
 		}
 		defer cons.pgx.Close()
-		ib, err := pgxinbox.New(cons.pgx, inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run),
-			inbox.WithLogger(logger), inbox.WithClaimAtCommit())
+		opts := []inbox.Option{inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
+		if c.Variant == atCommitVariant {
+			opts = append(opts, inbox.WithClaimAtCommit())
+		} else {
+			opts = append(opts, c.Batch.options()...)
+		}
+		ib, err := pgxinbox.New(cons.pgx, opts...)
 		if err != nil {
 			return err
 		}

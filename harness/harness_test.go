@@ -111,6 +111,8 @@ func TestKill_InboxNeitherDuplicatesNorLosesAcrossHardKills(t *testing.T) {
 		{"PerMessage", inboxVariant},
 		// Batch mode: a kill ends a batch's one transaction, claims and credits of every member together.
 		{"InBatchMode", batchVariant},
+		// Batch mode on pgx: the members' first statements in pipelines, a kill ending them mid-flight.
+		{"InBatchModeOverPgx", batchPgxVariant},
 		// Managed partitions: UUIDv7 IDs, each claim in the partition of its ID's hour.
 		{"OnAPartitionedTable", partitionedVariant},
 		// pgx with the claim sent with COMMIT: a redelivered copy runs its credit, and the failed claim rolls it back.
