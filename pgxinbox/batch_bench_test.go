@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
@@ -34,14 +35,7 @@ import (
 //	benchstat -col /mode batch.txt
 func BenchmarkRouterBatch(b *testing.B) {
 	var trips tripCounter
-	pool := openCountingPoolWith(b, &trips, pgx.QueryExecModeCacheStatement, nil)
-	bundle := newBundleOn(b, pool)
-	ctx := context.Background()
-	const accounts = 100_000
-	if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
-		b.Fatal(err)
-	}
-	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	pool, bundle, update := benchAccounts(b, &trips)
 	var runs atomic.Int64
 	for _, inFlight := range []int{1, 8, 32, 64} {
 		for _, sleep := range []time.Duration{0, 10 * time.Millisecond} {
@@ -73,6 +67,20 @@ func BenchmarkRouterBatch(b *testing.B) {
 			}
 		}
 	}
+}
+
+// accounts is how many accounts the batch benchmarks' updates spread over.
+const accounts = 100_000
+
+// benchAccounts opens a pool whose round trips trips counts, with a bundle whose accounts table holds accounts
+// accounts, and returns them with the UPDATE that credits one account by its ID.
+func benchAccounts(b *testing.B, trips *tripCounter) (*pgxpool.Pool, *testBundle, string) {
+	pool := openCountingPoolWith(b, trips, pgx.QueryExecModeCacheStatement, nil)
+	bundle := newBundleOn(b, pool)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
+		b.Fatal(err)
+	}
+	return pool, bundle, `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
 }
 
 func sleepName(d time.Duration) string {
@@ -172,14 +180,8 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 //
 //	go test -run '^$' -bench 'BatchFloor|RouterBatch/inflight=64/work=none' -benchtime 20000x .
 func BenchmarkBatchFloor(b *testing.B) {
-	pool := openCountingPoolWith(b, &tripCounter{}, pgx.QueryExecModeCacheStatement, nil)
-	bundle := newBundleOn(b, pool)
+	pool, _, update := benchAccounts(b, &tripCounter{})
 	ctx := context.Background()
-	const accounts = 100_000
-	if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
-		b.Fatal(err)
-	}
-	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		b.Fatal(err)
