@@ -87,11 +87,14 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithConsumer("shared"), inbox.WithLogger(b.logs)))
-	var calls atomic.Int64
+	var calls, failed atomic.Int64
 	for _, group := range []string{"a", "b"} {
 		router.AddConsumerHandler("credits-"+group, topic, newSQLSubscriber(t, b.db, group), func(msg *message.Message) error {
 			time.Sleep(2 * time.Millisecond) // let the two groups' transactions overlap
 			_, err := b.credit(100, &calls)(msg)
+			if err != nil {
+				failed.Add(1)
+			}
 			return err
 		})
 	}
@@ -111,7 +114,11 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 	}, 20*time.Second, 50*time.Millisecond, "both groups drain the topic")
 	require.Equal(t, events, b.rows(t, "shared"))
 	require.Equal(t, events*100, b.balance(t), "one history: each event applied once across both groups")
-	require.EqualValues(t, events, calls.Load())
+	// Both groups credit one account, in the subscribers' REPEATABLE READ transactions: now and then one group's
+	// UPDATE fails with a serialization failure (40001) against the other's, and its message is redelivered and
+	// run again. A copy the other group applied is skipped before its handler runs, so the handler succeeds once
+	// per event.
+	require.EqualValues(t, events, calls.Load()-failed.Load(), "handler calls that succeeded")
 }
 
 func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *testing.T) {
