@@ -451,9 +451,16 @@ func (t *deferredTx) Commit(ctx context.Context) error {
 		return pgx.ErrTxCommitRollback
 	}
 	tag, err := t.conn.Exec(ctx, commitSQL)
+	return t.commitEnded(ctx, tag, err)
+}
+
+// commitEnded reports a COMMIT that answered tag or err as pgx's own transactions do: a COMMIT of a failed
+// transaction answers ROLLBACK. A connection that a failed COMMIT left in a transaction is closed, so that the
+// pool does not hand it out again; the error to report is err.
+func (t *deferredTx) commitEnded(ctx context.Context, tag pgconn.CommandTag, err error) error {
 	if err != nil {
 		if t.conn.PgConn().TxStatus() != 'I' {
-			_ = t.conn.Close(ctx) // the error to report is err
+			_ = t.conn.Close(ctx)
 		}
 		return err
 	}
@@ -504,16 +511,7 @@ func (t *deferredTx) commitWith(ctx context.Context, sql string, args []any) (ra
 		return false, err
 	}
 	defer t.end()
-	if err != nil {
-		if t.conn.PgConn().TxStatus() != 'I' {
-			_ = t.conn.Close(ctx) // as Commit: the error to report is err
-		}
-		return true, err
-	}
-	if tag.String() == "ROLLBACK" {
-		return true, pgx.ErrTxCommitRollback
-	}
-	return true, nil
+	return true, t.commitEnded(ctx, tag, err)
 }
 
 // Rollback rolls the transaction back, and returns its connection to the pool. It is safe to call after Commit,

@@ -346,7 +346,7 @@ func applyAll(t *testing.T, b *testBundle, ids ...string) {
 
 // A batch that forms reads how many connections the pool allows, so that batches waiting for their turn leave
 // some free. The limit is read once, when the pool is wrapped: pgxpool's Config copies the whole configuration on
-// every call, which once cost batch mode an eighth of its allocations.
+// every call, which once cost batch mode about 7% of the bytes it allocated.
 func TestPool_ItsLimitOfConnectionsIsReadOnce(t *testing.T) {
 	p := openPool(t, testDSN())
 	limited, ok := pgxinbox.Pool(p).(interface{ MaxConns() int })
