@@ -246,6 +246,64 @@ func TestBatchPipeline(t *testing.T) {
 		require.ElementsMatch(t, ids, b.log.pipelines[0])
 	})
 
+	// A batch may get the turn before its members reach their statements (here the turn frees while every handler
+	// still works). The members then reach the connection one after another, and each would go in a pipeline of
+	// its own; the first pipeline instead waits, up to the batch wait, for the members that are still working.
+	t.Run("MembersThatReachTheConnectionAfterTheTurnCameShareOnePipeline", func(t *testing.T) {
+		t.Parallel()
+		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
+		ib := b.inbox(t, 8)
+		ids := batchIDsOf("late", 8)
+		var working atomic.Int64
+		go1 := make(chan struct{}, len(ids))
+		go func() {
+			for working.Load() < int64(len(ids)) {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond) // oneBatch lets the blocker go: the batch gets the turn
+			for range ids {
+				go1 <- struct{}{}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		for id, err := range oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
+			working.Add(1)
+			<-go1
+			_, err := b.record(msg)
+			return nil, err
+		}) {
+			require.NoError(t, err, id)
+		}
+		require.Equal(t, ids, b.ledgerIDs(t))
+		b.log.mu.Lock()
+		defer b.log.mu.Unlock()
+		require.Len(t, b.log.pipelines, 1, "the members' statements went in more than one pipeline")
+		require.ElementsMatch(t, ids, b.log.pipelines[0])
+	})
+
+	// That wait ends with the batch wait: a member still working then goes in a later pipeline, and the members
+	// that reached the connection do not wait for it. Here it works until the others' statements have run.
+	t.Run("TheFirstPipelineWaitsForLateMembersNoLongerThanTheBatchWait", func(t *testing.T) {
+		t.Parallel()
+		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithBatch(300*time.Millisecond, 8), inbox.WithBatchConcurrency(1))...)
+		require.NoError(t, err)
+		ids := batchIDsOf("bounded", 8)
+		late, others := ids[0], ids[1:]
+		var othersRan atomic.Bool
+		for id, err := range oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
+			if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == late {
+				othersRan.Store(b.log.waitRan(others))
+			}
+			_, err := b.record(msg)
+			return nil, err
+		}) {
+			require.NoError(t, err, id)
+		}
+		require.True(t, othersRan.Load(), "the members that reached the connection waited for the late one")
+		require.Equal(t, ids, b.ledgerIDs(t))
+	})
+
 	// The first member to get its answer heads the line. It waits until every member behind it ran its statement,
 	// then fails: its rollback undoes theirs too, and they must run again, once each.
 	t.Run("AMemberThatFailsAfterLaterMembersRanLeavesThemAppliedOnce", func(t *testing.T) {
