@@ -22,7 +22,7 @@ import (
 // BenchmarkRouterBatch runs messages through a real Watermill router, over a GoChannel, into a handler whose
 // effect is one UPDATE on pgxinbox's pgx.Tx, with the inbox per message (mode=message) and in batch mode
 // (mode=batch, WithBatch(time.Millisecond, MaxBatchSize), as the README shows it, and the default concurrency), at
-// 1 to 64 messages in flight, with zero-work handlers and handlers that sleep 10 ms before their statement. A
+// 1 to 256 messages in flight, with zero-work handlers and handlers that sleep 10 ms before their statement. A
 // GoChannel topic has one message in flight (its publisher waits for the ack), so n in flight are n topics, each
 // with its router handler and its publishing goroutine; the handlers share one inbox, so batch mode sees all n.
 // The updates spread over 100,000 accounts: messages in flight seldom share a row.
@@ -37,7 +37,7 @@ func BenchmarkRouterBatch(b *testing.B) {
 	var trips tripCounter
 	pool, bundle, update := benchAccounts(b, &trips)
 	var runs atomic.Int64
-	for _, inFlight := range []int{1, 8, 32, 64} {
+	for _, inFlight := range []int{1, 8, 32, 64, 128, 256} {
 		for _, sleep := range []time.Duration{0, 10 * time.Millisecond} {
 			for _, mode := range []string{"message", "batch"} {
 				name := fmt.Sprintf("inflight=%d/work=%s/mode=%s", inFlight, sleepName(sleep), mode)

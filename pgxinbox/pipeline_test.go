@@ -191,6 +191,24 @@ func (b *pipelineBundle) record(msg *message.Message) (string, error) {
 	return id, err
 }
 
+// requireOnePipeline delivers ids to ib as one batch (oneBatch), around a handler that calls before and then runs
+// the member's statement, and requires every member's statement to have gone in one pipeline.
+func requireOnePipeline(t *testing.T, b *pipelineBundle, ib *inbox.Inbox, ids []string, before func()) {
+	t.Helper()
+	for id, err := range oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
+		before()
+		_, err := b.record(msg)
+		return nil, err
+	}) {
+		require.NoError(t, err, id)
+	}
+	require.Equal(t, ids, b.ledgerIDs(t))
+	b.log.mu.Lock()
+	defer b.log.mu.Unlock()
+	require.Len(t, b.log.pipelines, 1, "the members' statements went in more than one pipeline")
+	require.ElementsMatch(t, ids, b.log.pipelines[0])
+}
+
 func without(ids []string, id string) []string {
 	return slices.DeleteFunc(slices.Clone(ids), func(x string) bool { return x == id })
 }
@@ -232,18 +250,7 @@ func TestBatchPipeline(t *testing.T) {
 		t.Parallel()
 		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
 		ib := b.inbox(t, inbox.MaxBatchSize)
-		ids := batchIDsOf("gathered", inbox.MaxBatchSize)
-		for id, err := range oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
-			_, err := b.record(msg)
-			return nil, err
-		}) {
-			require.NoError(t, err, id)
-		}
-		require.Equal(t, ids, b.ledgerIDs(t))
-		b.log.mu.Lock()
-		defer b.log.mu.Unlock()
-		require.Len(t, b.log.pipelines, 1, "the members' statements went in more than one pipeline")
-		require.ElementsMatch(t, ids, b.log.pipelines[0])
+		requireOnePipeline(t, b, ib, batchIDsOf("gathered", inbox.MaxBatchSize), func() {})
 	})
 
 	// A batch may get the turn before its members reach their statements (here the turn frees while every handler
@@ -266,19 +273,10 @@ func TestBatchPipeline(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}()
-		for id, err := range oneBatch(t, ib, ids, func(msg *message.Message) ([]*message.Message, error) {
+		requireOnePipeline(t, b, ib, ids, func() {
 			working.Add(1)
 			<-go1
-			_, err := b.record(msg)
-			return nil, err
-		}) {
-			require.NoError(t, err, id)
-		}
-		require.Equal(t, ids, b.ledgerIDs(t))
-		b.log.mu.Lock()
-		defer b.log.mu.Unlock()
-		require.Len(t, b.log.pipelines, 1, "the members' statements went in more than one pipeline")
-		require.ElementsMatch(t, ids, b.log.pipelines[0])
+		})
 	})
 
 	// That wait ends with the batch wait: a member still working then goes in a later pipeline, and the members
