@@ -304,7 +304,7 @@ func (q *batchQueue) passTurn() {
 // members and the second 24; now one carries them all (BenchmarkRouterBatch).
 func (b *batch) admit() {
 	b.admitted = true
-	b.gather = int(b.waiting.Load())
+	b.gather = int(b.atTurn.Load()) // the members that finished without it count themselves in too (arrive)
 	if wait := b.i.cfg.batchWait; b.pipe != nil && wait > 0 && time.Duration(b.q.lead.Load()) <= wait {
 		b.gather, b.gatherBy = b.members, time.Now().Add(wait)
 	}
@@ -332,7 +332,6 @@ type batch struct {
 	ready   chan struct{} // closed when the members may use the connection (formed, passTurn)
 	members int           // claimed members
 	atTurn  atomic.Int32  // members that wait for the turn, or finished without needing it
-	waiting atomic.Int32  // members that have waited for ready
 	// gather is how many members the batch's first pipeline waits for (see admit and send), until gatherBy
 	// when that is set. Set before ready closes.
 	gather   int
@@ -635,7 +634,6 @@ func (t *memberTx) hold(withSavepoint bool) {
 	t.once.Do(func() {
 		t.b.q.learn(time.Since(t.start))
 		t.b.atTurn.Add(1)
-		t.b.waiting.Add(1)
 		<-t.b.ready
 		t.b.acquire(t)
 		if withSavepoint && !t.b.solo {
@@ -858,7 +856,6 @@ func (t *memberTx) first(_ context.Context, sql string, args []any) (res any, ra
 	b := t.b
 	b.q.learn(time.Since(t.start))
 	b.atTurn.Add(1)
-	b.waiting.Add(1)
 	<-b.ready
 	t.seat = int(b.seats.Add(1))
 	l := &b.line
