@@ -28,8 +28,10 @@ import (
 // The updates spread over 100,000 accounts: messages in flight seldom share a row.
 //
 // Besides msgs/s it reports rt/msg (round trips per message, counted on the sockets), cpu-µs/msg (the process's
-// CPU time per message: router, GoChannel and inbox) and msgs/commit (messages per claiming transaction, read from
-// the inbox rows' xmin). The two modes of one row run back to back; read their ratio, and repeat whole runs:
+// CPU time per message: router, GoChannel and inbox), msgs/commit (messages per claiming transaction, read from
+// the inbox rows' xmin), and on Linux idle-% and machine-µs/msg: the share of the machine's CPUs left idle while
+// the messages ran, and the CPU time the whole machine spent per message (this process, PostgreSQL's backends and
+// whatever else runs there), both read from /proc/stat. The two modes of one row run back to back; read their ratio, and repeat whole runs:
 //
 //	for i in 1 2 3; do go test -run '^$' -bench RouterBatch -benchtime 3000x .; done | tee batch.txt
 //	benchstat -col /mode batch.txt
@@ -148,10 +150,12 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 	trips.reset()
 	b.ResetTimer()
 	cpu0, cpuKnown := processCPU()
+	busy0, idle0, cpus, machineKnown := machineTicks()
 	start := time.Now()
 	publish(0, b.N)
 	elapsed := time.Since(start)
 	cpu1, _ := processCPU()
+	busy1, idle1, _, _ := machineTicks()
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d handler calls failed", failed.Load())
@@ -161,6 +165,11 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 	b.ReportMetric(float64(trips.waitedTotal().Microseconds())/float64(b.N), "wait-µs/msg")
 	if cpuKnown {
 		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+	}
+	if ticks := (busy1 - busy0) + (idle1 - idle0); machineKnown && ticks > 0 {
+		busyShare := float64(busy1-busy0) / float64(ticks)
+		b.ReportMetric(100*(1-busyShare), "idle-%")
+		b.ReportMetric(busyShare*float64(cpus)*float64(elapsed.Microseconds())/float64(b.N), "machine-µs/msg")
 	}
 	var commits int
 	if err := pool.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM `+table+
