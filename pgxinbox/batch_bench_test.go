@@ -31,7 +31,8 @@ import (
 // CPU time per message: router, GoChannel and inbox), msgs/commit (messages per claiming transaction, read from
 // the inbox rows' xmin), and on Linux idle-% and machine-µs/msg: the share of the machine's CPUs left idle while
 // the messages ran, and the CPU time the whole machine spent per message (this process, PostgreSQL's backends and
-// whatever else runs there), both read from /proc/stat. The two modes of one row run back to back; read their ratio, and repeat whole runs:
+// whatever else runs there), both read from /proc/stat. The two modes of one row run back to back; read their
+// ratio, and repeat whole runs:
 //
 //	for i in 1 2 3; do go test -run '^$' -bench RouterBatch -benchtime 3000x .; done | tee batch.txt
 //	benchstat -col /mode batch.txt
