@@ -152,11 +152,16 @@ func TestPgbouncer_ThePoolerDiesWithTheTestProcess(t *testing.T) {
 	require.NoError(t, child.Start())
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	var dsn string
+	var printed strings.Builder // what the child printed instead, to say why it started no pooler
 	lines := bufio.NewScanner(out)
 	for dsn == "" && lines.Scan() {
-		dsn, _ = strings.CutPrefix(lines.Text(), "pooler=")
+		if rest, ok := strings.CutPrefix(lines.Text(), "pooler="); ok {
+			dsn = rest
+		} else {
+			printed.WriteString(lines.Text() + "\n")
+		}
 	}
-	require.NotEmpty(t, dsn, "the child started a pooler")
+	require.NotEmpty(t, dsn, "the child started no pooler; it printed:\n%s", printed.String())
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	conn, err := net.DialTimeout("tcp", u.Host, time.Second)
