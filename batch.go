@@ -35,17 +35,18 @@ import (
 //     are done (see Pipelining below).
 //  4. On success, store the produced messages; on an error or a panic, roll back to the savepoint and give the
 //     claim back, so that only this message is nacked, at once.
-//  5. When every handler has finished, the next batch takes the turn, and this one commits once; the handlers that
-//     succeeded return, and the router acks. A commit that fails nacks them all, and nothing of the batch is
-//     applied.
+//  5. When every handler has finished, the next batch takes the turn (earlier when this one has held it for
+//     turnBound while its members still working do not use the connection), and this one commits once; the
+//     handlers that succeeded return, and the router acks. A commit that fails nacks them all, and nothing of the
+//     batch is applied.
 
 // applyBatched applies msg in the batch that claims it, or alone when none does.
 func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	q := i.queueOf(consumer)
-	if q.takeAlone(id) {
+	if turn := q.takeAlone(id); turn != nil {
 		// A lone message: it goes as without batching, on the slot of a batch, so that what arrives meanwhile
 		// forms the next batch. A batch of one would cost the same round trips and more hand-offs.
-		defer q.endedAlone()
+		defer q.endedAlone(turn)
 		return i.applyOwn(msg, consumer, id, h)
 	}
 	m := &member{msg: msg, id: id, h: h, ob: i.observe(msg, consumer, id, ModeTransaction),
@@ -130,17 +131,77 @@ func (q *batchQueue) add(m *member) {
 }
 
 // takeAlone takes a slot for a message that arrives when nothing runs and nothing waits, and lets it use the
-// connection at once.
-func (q *batchQueue) takeAlone(id string) bool {
+// connection at once; it returns the turn the message holds, or nil when the message must join the queue.
+func (q *batchQueue) takeAlone(id string) *heldTurn {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.running > 0 || len(q.pending) > 0 || q.held {
-		return false
+		return nil
 	}
 	q.running++
 	q.using++
 	q.alone = id
-	return true
+	return q.hold(nil)
+}
+
+// heldTurn is a turn on the connection that a batch or a lone message holds. It is given up once (passed): when
+// its holder ends, or earlier when the holder has held it for turnBound and, for a batch, none of its members uses
+// or waits for the connection (see hold). Guarded by the queue's mu.
+type heldTurn struct {
+	timer  *time.Timer
+	passed bool
+}
+
+// minTurnBound is the least time a batch or a lone message holds the consumer's turn on the connection before
+// the next batch may use the database beside it (see turnBound).
+const minTurnBound = 10 * time.Millisecond
+
+// turnBound is how long a batch or a lone message holds the turn before the next batch that waits for it may be
+// let in beside it: minTurnBound, or four times the handlers' usual work before their first statement (lead) when
+// that is longer. The turn keeps batches from taking row locks at the same time, but a holder is done with it
+// only when its last handler returns: one handler that works for seconds before it writes (a slow call out, a
+// retry's backoff) would hold up every message of the consumer, where per-message mode holds up only its own.
+//
+// Past the bound a batch gives the turn up once none of its members uses or waits for the connection while some
+// still work: such a handler then holds up only its own batch's acks. A batch whose members take the connection one
+// after another (database/sql's drivers, handlers that wait for a hot row) keeps it. Giving it up at the bound
+// regardless let the next batches meet its row locks: with 100 hot accounts over lib/pq at 64 in flight, batch mode
+// fell from 2,170 to 96 msgs/s in deadlocks (the harness's hot-row throughput). A lone message's use of its
+// transaction is not seen, and it gives the turn up at the bound. A batch let in beside a straggler's may meet the
+// locks that batch holds, and PostgreSQL breaks a cycle after deadlock_timeout by failing one statement, whose
+// message is nacked, as with WithBatchConcurrency above 1.
+func (q *batchQueue) turnBound() time.Duration {
+	return max(minTurnBound, 4*time.Duration(q.lead.Load()))
+}
+
+// hold starts the bound of a turn that b (nil for a lone message) takes now. Past the bound a lone message gives
+// it up at once, and a batch as soon as no member of it uses or waits for the connection: at once, or when the
+// last such member releases it (released). Called with mu held.
+func (q *batchQueue) hold(b *batch) *heldTurn {
+	t := &heldTurn{}
+	t.timer = time.AfterFunc(q.turnBound(), func() {
+		if b != nil {
+			b.late.Store(true)
+			if b.asked.Load() > 0 {
+				return // released gives it up: it reads late after its own count, as this reads asked after late
+			}
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.giveUp(t)
+		q.startReady()
+	})
+	return t
+}
+
+// giveUp passes the turn t, unless it was passed before. Called with mu held.
+func (q *batchQueue) giveUp(t *heldTurn) {
+	if t.passed {
+		return
+	}
+	t.passed = true
+	t.timer.Stop()
+	q.passTurn()
 }
 
 // batchesAhead is how many batches may have claimed their messages and started their handlers while the batches
@@ -171,8 +232,9 @@ func (i *Inbox) batchesAhead() int {
 // A message thus waits at most for one claim to start its handler: the handler's work before its first statement
 // overlaps the batches before it. Only WithBatchConcurrency batches at a time let their members use the connection
 // (formed, passTurn); the others wait for their turn, in the order they began. Batches so never acquire row locks at
-// the same time beyond WithBatchConcurrency, and a batch that waits for its turn holds no lock the handlers of a
-// batch before it could want: only its new claim rows, which no handler touches.
+// the same time beyond WithBatchConcurrency, unless one holds its turn past turnBound, and a batch that waits for
+// its turn holds no lock the handlers of a batch before it could want: only its new claim rows, which no handler
+// touches.
 func (q *batchQueue) startReady() {
 	size, wait := q.i.cfg.batchSize, q.i.cfg.batchWait
 	for len(q.pending) > 0 && !q.forming && !q.held && q.running < q.i.cfg.batchRunning+q.i.batchesAhead() && !q.stalled() {
@@ -267,20 +329,21 @@ func (q *batchQueue) ended(b *batch) {
 	switch {
 	case b == nil:
 	case b.admitted:
-		q.passTurn()
+		q.giveUp(b.turnHeld)
 	default: // its handlers all returned without needing the connection
 		q.gated = slices.DeleteFunc(q.gated, func(g *batch) bool { return g == b })
 	}
 	q.startReady()
 }
 
-// endedAlone frees the slot, and the turn on the connection, of a lone message (takeAlone).
-func (q *batchQueue) endedAlone() {
+// endedAlone frees the slot, and the turn on the connection unless it passed already, of a lone message
+// (takeAlone).
+func (q *batchQueue) endedAlone(turn *heldTurn) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.running--
 	q.alone = ""
-	q.passTurn()
+	q.giveUp(turn)
 	q.startReady()
 }
 
@@ -303,7 +366,7 @@ func (q *batchQueue) passTurn() {
 // second pipeline, a round trip more. At 64 messages in flight with zero-work handlers the first pipeline carried 5
 // members and the second 24; now one carries them all (BenchmarkRouterBatch).
 func (b *batch) admit() {
-	b.admitted = true
+	b.admitted, b.turnHeld = true, b.q.hold(b)
 	b.gather = int(b.atTurn.Load()) // the members that finished without it count themselves in too (arrive)
 	if wait := b.i.cfg.batchWait; b.pipe != nil && wait > 0 && time.Duration(b.q.lead.Load()) <= wait {
 		b.gather, b.gatherBy = b.members, time.Now().Add(wait)
@@ -336,7 +399,10 @@ type batch struct {
 	// when that is set. Set before ready closes.
 	gather   int
 	gatherBy time.Time
-	admitted bool // ready is closed; guarded by the queue's mu
+	admitted bool         // ready is closed; guarded by the queue's mu
+	turnHeld *heldTurn    // the turn it was admitted with; guarded by the queue's mu
+	asked    atomic.Int32 // members that asked for the connection and have not released it
+	late     atomic.Bool  // it has held its turn for turnBound (see hold)
 
 	mu     sync.Mutex
 	left   int       // claimed members still running their handler
@@ -634,6 +700,7 @@ func (t *memberTx) hold(withSavepoint bool) {
 	t.once.Do(func() {
 		t.b.q.learn(time.Since(t.start))
 		t.b.atTurn.Add(1)
+		t.b.asked.Add(1)
 		<-t.b.ready
 		t.b.acquire(t)
 		if withSavepoint && !t.b.solo {
@@ -856,6 +923,7 @@ func (t *memberTx) first(_ context.Context, sql string, args []any) (res any, ra
 	b := t.b
 	b.q.learn(time.Since(t.start))
 	b.atTurn.Add(1)
+	b.asked.Add(1)
 	<-b.ready
 	t.seat = int(b.seats.Add(1))
 	l := &b.line
@@ -1009,6 +1077,7 @@ func (b *batch) acquire(t *memberTx) {
 
 // release frees the connection once t's part is settled; with a pipe, t leaves the line and the next member heads it.
 func (b *batch) release(t *memberTx) {
+	defer b.released()
 	if b.pipe == nil {
 		b.conn.Unlock()
 		return
@@ -1024,4 +1093,15 @@ func (b *batch) release(t *memberTx) {
 		l.failed = nil
 	}
 	l.next()
+}
+
+// released counts a member off the connection, once it freed it; the last one of a batch that has held its turn
+// for turnBound gives the turn up, since the members still working have not asked for the connection (see hold).
+func (b *batch) released() {
+	if b.asked.Add(-1) == 0 && b.late.Load() {
+		b.q.mu.Lock()
+		defer b.q.mu.Unlock()
+		b.q.giveUp(b.turnHeld)
+		b.q.startReady()
+	}
 }

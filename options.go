@@ -110,7 +110,11 @@ const MaxBatchSize = 64
 // of every row its handlers wrote until its one commit, and its handlers write in the order they reach the
 // transaction: two batches whose handlers update the same rows (a few hot accounts) deadlock, which PostgreSQL
 // breaks only after deadlock_timeout (1 s), failing one handler. With 100 hot accounts, 4 batches at once ran at
-// 0.08 to 0.24 of per-message mode; one at a time, 0.66 to 1.75 (docs/throughput.md).
+// 0.08 to 0.24 of per-message mode; one at a time, 0.66 to 1.75 (docs/throughput.md). A batch holds the turn until
+// its last handler returns, except that once it has held it for 10 ms (or four times the handlers' usual work
+// before their first statement, when that is longer) it gives it up as soon as none of its members uses or waits
+// for its connection while some still work outside the database; a message that goes alone gives it up at that
+// bound. One handler that works for seconds before it writes so holds up its own batch's acks, not the consumer.
 const DefaultBatchConcurrency = 1
 
 // WithBatch turns on batch mode (group commit) in transaction mode: handler calls that are in flight at the same
@@ -126,7 +130,8 @@ const DefaultBatchConcurrency = 1
 // The transaction is one connection, so handlers take it one at a time: TxFromContext (and pgxinbox's) waits for
 // it and holds it until the handler returns. Call it when the handler is ready to write, after any slow work
 // outside the database, so that that work overlaps; a handler that holds the transaction while it calls out holds
-// up the whole batch. Duplicates, messages joined to watermill-sql's subscriber and lease mode run as without
+// up the whole batch. The batch commits when its last handler returns: a handler that works long delays the acks
+// of its batch, and after a bound the batches after it go on (see DefaultBatchConcurrency). Duplicates, messages joined to watermill-sql's subscriber and lease mode run as without
 // batching; lease mode refuses this option.
 func WithBatch(maxWait time.Duration, maxSize int) Option {
 	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }

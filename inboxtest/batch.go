@@ -3,12 +3,14 @@ package inboxtest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -84,4 +86,139 @@ func batchMode(t *testing.T, conn Conn) {
 	}
 	require.EqualValues(t, len(ids)+1, b.balance(t), "each message applied once")
 	require.EqualValues(t, len(ids)+1, b.rows(t))
+}
+
+// batchSlowHandler: in batch mode, a handler that works long before its write, alone or as a batch member, holds
+// up only its own message and its batch's acks, not the consumer's other messages: they are applied one after
+// another while it works. Then it is applied once too.
+func batchSlowHandler(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	ib := b.inbox(t, inbox.WithBatch(time.Millisecond, 16))
+	var calls atomic.Int64
+	credit := b.credit(1, &calls)
+	working := map[string]chan struct{}{"slow-alone": make(chan struct{}), "slow-member": make(chan struct{})}
+	release := map[string]chan struct{}{"slow-alone": make(chan struct{}), "slow-member": make(chan struct{})}
+	var once [2]sync.Once
+	let := func(k int, id string) { once[k].Do(func() { close(release[id]) }) }
+	t.Cleanup(func() { let(0, "slow-alone"); let(1, "slow-member") }) // before the tables are dropped, should the case fail
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if id := msg.Metadata.Get(inbox.DefaultIDMetadataKey); release[id] != nil {
+			close(working[id])
+			<-release[id] // works outside the database, and writes after that
+		}
+		return credit(msg)
+	})
+	slow := func(id string) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := h(newMsg(id)); done <- err }()
+		select {
+		case <-working[id]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s's handler did not start", id)
+		}
+		return done
+	}
+	applyEach := func(ids []string, while string) {
+		t.Helper()
+		for _, id := range ids {
+			done := make(chan error, 1)
+			go func() { _, err := h(newMsg(id)); done <- err }()
+			select {
+			case err := <-done:
+				require.NoError(t, err, id)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s was not applied while %s worked: the consumer waits for that handler", id, while)
+			}
+		}
+	}
+
+	// Nothing else runs: the first message goes alone, on the consumer's turn on the connection.
+	alone := slow("slow-alone")
+	applyEach(EventIDs("while-alone", 5), "slow-alone")
+	// While it runs, the next message goes in a batch; that batch gets the turn when the lone message ends.
+	member := slow("slow-member")
+	let(0, "slow-alone")
+	require.NoError(t, <-alone)
+	applyEach(EventIDs("while-member", 5), "slow-member")
+	let(1, "slow-member")
+	require.NoError(t, <-member)
+
+	require.EqualValues(t, 12, calls.Load(), "every handler ran once")
+	require.EqualValues(t, 12, b.balance(t), "every message applied once")
+	require.EqualValues(t, 12, b.rows(t))
+}
+
+// batchKeepsItsTurn: a batch whose handlers work while they hold its connection keeps the consumer's turn past the
+// bound a handler working outside the database gets, until they have all returned: the batch after it writes only
+// then, and so never meets its row locks (here it writes another row, and would not wait for them).
+func batchKeepsItsTurn(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	b.mustExec(t, `INSERT INTO `+b.accounts+` (id, balance) VALUES (2, 0)`)
+	ib := b.inbox(t, inbox.WithBatch(time.Millisecond, 16), inbox.WithBatchConcurrency(1))
+	var calls atomic.Int64
+	credit := b.credit(1, &calls)
+	first := EventIDs("first", 4)
+	inFirst := map[string]bool{}
+	for _, id := range first {
+		inFirst[id] = true
+	}
+	var mu sync.Mutex
+	var firstReturned, secondWrote []time.Time
+	var started atomic.Int64
+	blocking, let, wrote := make(chan struct{}), make(chan struct{}), make(chan struct{}, len(first))
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		id := msg.Metadata.Get(inbox.DefaultIDMetadataKey)
+		switch {
+		case id == "blocker": // goes alone, and holds the turn while the first messages gather in a batch
+			close(blocking)
+			<-let
+			return nil, nil
+		case inFirst[id]:
+			started.Add(1)
+			if _, err := credit(msg); err != nil {
+				return nil, err
+			}
+			wrote <- struct{}{}
+			time.Sleep(30 * time.Millisecond) // holding the connection: three times the least bound
+			mu.Lock()
+			firstReturned = append(firstReturned, time.Now())
+			mu.Unlock()
+			return nil, nil
+		}
+		err := b.conn.ExecInHandler(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + `+b.p(1)+` WHERE id = 2`, 1)
+		mu.Lock()
+		secondWrote = append(secondWrote, time.Now())
+		mu.Unlock()
+		return nil, err
+	})
+	var wg sync.WaitGroup
+	deliver := func(ids ...string) {
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := h(newMsg(id))
+				assert.NoError(t, err, id)
+			}()
+		}
+	}
+	deliver("blocker")
+	<-blocking
+	deliver(first...)
+	require.Eventually(t, func() bool { return started.Load() == int64(len(first)) }, 10*time.Second, time.Millisecond,
+		"the first messages' handlers started")
+	close(let)
+	<-wrote
+	deliver(EventIDs("second", 4)...) // they claim, in a batch after the first, while it works
+	wg.Wait()
+
+	require.Len(t, secondWrote, 4)
+	require.Len(t, firstReturned, len(first))
+	last := slices.MaxFunc(firstReturned, time.Time.Compare)
+	for _, w := range secondWrote {
+		require.True(t, w.After(last), "the second batch wrote %v before the first batch's last handler returned",
+			last.Sub(w))
+	}
+	require.EqualValues(t, len(first), b.balance(t))
+	require.EqualValues(t, 1+len(first)+4, b.rows(t), "the blocker's, the first's and the second's")
 }

@@ -31,6 +31,8 @@ var cases = []struct {
 	{"AHandlerPanicRollsBackTheEffectAndTheClaim", aHandlerPanicRollsBack},
 	{"RacingCopiesApplyOnce", racingCopiesApplyOnce},
 	{"BatchModeNacksOnlyTheFailingMessagesAndAppliesTheOthersOnce", batchMode},
+	{"InBatchModeAHandlerThatWorksLongBeforeItWritesHoldsUpOnlyItsOwnBatch", batchSlowHandler},
+	{"ABatchWhoseHandlersWorkOnItsConnectionKeepsTheTurnUntilTheyReturn", batchKeepsItsTurn},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"AMessageWithoutAnEventIDIsDeadLetteredAndAcked", noEventIDIsDeadLettered},
