@@ -33,6 +33,7 @@ var cases = []struct {
 	{"BatchModeNacksOnlyTheFailingMessagesAndAppliesTheOthersOnce", batchMode},
 	{"InBatchModeAHandlerThatWorksLongBeforeItWritesHoldsUpOnlyItsOwnBatch", batchSlowHandler},
 	{"ABatchWhoseHandlersWorkOnItsConnectionKeepsTheTurnUntilTheyReturn", batchKeepsItsTurn},
+	{"InBatchModeStragglersAmongManyMessagesInFlightLoseAndDuplicateNothing", batchStragglersUnderLoad},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"AMessageWithoutAnEventIDIsDeadLetteredAndAcked", noEventIDIsDeadLettered},
