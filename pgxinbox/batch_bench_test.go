@@ -233,36 +233,39 @@ func BenchmarkBatchFloor(b *testing.B) {
 }
 
 // BenchmarkRouterStragglers is BenchmarkRouterBatch at 64 messages in flight with zero-work handlers, except that
-// one message in a hundred works 100 ms before its statement (a slow call out): per-message mode, and batch mode.
-// A batch commits when its slowest handler returns, so a straggler keeps its batch's messages in flight with it;
-// the batches after it go on beside it.
+// one message in a hundred (every=100), or in ten (every=10), works 100 ms before its statement (a slow call out):
+// per-message mode, and batch mode. A batch commits when its slowest handler returns, so a straggler keeps its
+// batch's messages in flight with it; the batches after it go on beside it.
 //
 //	go test -run '^$' -bench RouterStragglers -benchtime 5000x .
 func BenchmarkRouterStragglers(b *testing.B) {
 	var trips tripCounter
 	pool, bundle, update := benchAccounts(b, &trips)
-	for _, mode := range []string{"message", "batch"} {
-		b.Run("mode="+mode, func(b *testing.B) {
-			opts := []inbox.Option{inbox.WithTable(bundle.table), inbox.WithConsumer(fmt.Sprintf("straggle-%s-%d", mode, time.Now().UnixNano()))}
-			if mode == "batch" {
-				opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
-			}
-			ib, err := pgxinbox.New(pool, opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			routeInFlight(b, &trips, pool, bundle.table, ib, 64, func(msg *message.Message) error {
-				n, _ := strconv.Atoi(msg.Metadata.Get("n"))
-				if n%100 == 99 {
-					time.Sleep(100 * time.Millisecond)
+	for _, every := range []int{100, 10} {
+		for _, mode := range []string{"message", "batch"} {
+			b.Run(fmt.Sprintf("every=%d/mode=%s", every, mode), func(b *testing.B) {
+				opts := []inbox.Option{inbox.WithTable(bundle.table),
+					inbox.WithConsumer(fmt.Sprintf("straggle-%s-%d", mode, time.Now().UnixNano()))}
+				if mode == "batch" {
+					opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
 				}
-				tx, ok := pgxinbox.TxFromContext(msg.Context())
-				if !ok {
-					return fmt.Errorf("no pgx transaction in the handler's context")
+				ib, err := pgxinbox.New(pool, opts...)
+				if err != nil {
+					b.Fatal(err)
 				}
-				_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
-				return err
+				routeInFlight(b, &trips, pool, bundle.table, ib, 64, func(msg *message.Message) error {
+					n, _ := strconv.Atoi(msg.Metadata.Get("n"))
+					if n%every == every-1 {
+						time.Sleep(100 * time.Millisecond)
+					}
+					tx, ok := pgxinbox.TxFromContext(msg.Context())
+					if !ok {
+						return fmt.Errorf("no pgx transaction in the handler's context")
+					}
+					_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
+					return err
+				})
 			})
-		})
+		}
 	}
 }
