@@ -135,7 +135,7 @@ func batchSlowHandler(t *testing.T, conn Conn) {
 	// Nothing else runs: the first message goes alone, on the consumer's turn on the connection.
 	alone := slow("slow-alone")
 	applyEach(EventIDs("while-alone", 5), "slow-alone")
-	// While it runs, the next message goes in a batch; that batch gets the turn when the lone message ends.
+	// While it runs, the next message goes in a batch, which gets the turn when the lone message gives it up.
 	member := slow("slow-member")
 	let(0, "slow-alone")
 	require.NoError(t, <-alone)
