@@ -335,6 +335,69 @@ func TestBatch_HandlersThatWorkLongerThanTheWaitAreNotHeldToFillABatch(t *testin
 	require.Equal(t, 3, b.balance(t))
 }
 
+func TestBatch_ABatchHoldingHalfTheMessagesInFlightDoesNotWaitToFill(t *testing.T) {
+	t.Parallel()
+	// While a batch runs, a new one waits up to maxWait to fill, but not once it holds half the messages in flight
+	// (as many as were in the inbox when the last batch's handlers had all returned), EarlyBatch or more: the
+	// others are in the batch before it. The wait here is an hour.
+	ib, b := setup(t, inbox.WithBatch(time.Hour, inbox.MaxBatchSize), inbox.WithBatchConcurrency(2))
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // a failed assertion must not leave a handler waiting, and the test hanging
+	var started atomic.Bool
+	mw := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == "running" {
+			started.Store(true)
+			<-hold
+		}
+		return b.credit(1, nil)(msg)
+	})
+	deliver := func(ids ...string) <-chan error {
+		errs := make(chan error, len(ids))
+		for _, id := range ids {
+			go func() { _, err := mw(newMsg(id)); errs <- err }()
+		}
+		return errs
+	}
+	in := 2 * inbox.EarlyBatch
+
+	// One batch of them all: the inbox learns that many are in flight.
+	gathered := inbox.HoldBatches(ib, "wallet-credits")
+	first := deliver(inboxtest.EventIDs("first", in)...)
+	require.Eventually(t, func() bool { return inbox.BatchPending(ib, "wallet-credits") == in },
+		10*time.Second, time.Millisecond, "the first batch gathers")
+	gathered()
+	for range in {
+		require.NoError(t, <-first)
+	}
+
+	// One message runs alone and stays; as many as before arrive, and a half goes without waiting for the rest.
+	running := deliver("running")
+	require.Eventually(t, started.Load, 10*time.Second, time.Millisecond)
+	second := deliver(inboxtest.EventIDs("second", in)...)
+	var secondErrs []error
+	for timeout := time.After(10 * time.Second); len(secondErrs) < in; {
+		select {
+		case err := <-second:
+			secondErrs = append(secondErrs, err)
+			continue
+		case <-timeout:
+		}
+		break
+	}
+	whileRunning := len(secondErrs)
+	release() // and let whatever waits go on, so that a failure leaves nothing running
+	require.NoError(t, <-running)
+	for len(secondErrs) < in {
+		secondErrs = append(secondErrs, <-second)
+	}
+	require.Equal(t, in, whileRunning, "the messages waited to fill a batch while half those in flight were there")
+	for _, err := range secondErrs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2*in+1, b.balance(t))
+}
+
 func TestBatch_DuplicatesAndProducedMessagesBehaveAsWithoutBatching(t *testing.T) {
 	t.Parallel()
 	ib, b := setup(t, inbox.WithBatch(0, 8))

@@ -14,3 +14,6 @@ func HoldBatches(i *Inbox, consumer string) (release func()) {
 		q.startReady()
 	}
 }
+
+// EarlyBatch is earlyBatch: the fewest messages a batch begins with before its wait to fill is over.
+const EarlyBatch = earlyBatch

@@ -123,9 +123,11 @@ const DefaultBatchConcurrency = 1
 // its own, so a failing or panicking handler rolls back only its effect and its claim, and only its message is
 // nacked; the batch commits once, and then every other handler call returns and the router acks. A message never
 // waits when no batch is running (it then goes alone, as without batching); while batches run, a new one waits up
-// to maxWait (0 or more) to fill, and for the batch before it to claim its messages. It does not wait to fill
-// once the recent handlers have worked longer than maxWait before their first use of the transaction: their work
-// overlaps the batches before them, and a fuller batch would only start it later.
+// to maxWait (0 or more) to fill, and for the batch before it to claim its messages. It is full at maxSize, or at
+// half the consumer's messages in flight when that is 16 or more: the other half are in the batch before it, and
+// two batches so take turns. It does not wait to fill once the recent handlers have worked longer
+// than maxWait before their first use of the transaction: their work overlaps the batches before them, and a
+// fuller batch would only start it later.
 //
 // The transaction is one connection, so handlers take it one at a time: TxFromContext (and pgxinbox's) waits for
 // it and holds it until the handler returns. Call it when the handler is ready to write, after any slow work

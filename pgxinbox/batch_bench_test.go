@@ -54,17 +54,12 @@ func BenchmarkRouterBatch(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					credit := credit(update)
 					routeInFlight(b, &trips, pool, bundle.table, ib, inFlight, func(msg *message.Message) error {
 						if sleep > 0 {
 							time.Sleep(sleep)
 						}
-						tx, ok := pgxinbox.TxFromContext(msg.Context())
-						if !ok {
-							return fmt.Errorf("no pgx transaction in the handler's context")
-						}
-						n, _ := strconv.Atoi(msg.Metadata.Get("n"))
-						_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
-						return err
+						return credit(msg)
 					})
 				})
 			}
@@ -74,6 +69,20 @@ func BenchmarkRouterBatch(b *testing.B) {
 
 // accounts is how many accounts the batch benchmarks' updates spread over.
 const accounts = 100_000
+
+// credit is the batch benchmarks' handler: update, on pgxinbox's transaction, credits the account that the
+// message's number picks.
+func credit(update string) func(msg *message.Message) error {
+	return func(msg *message.Message) error {
+		tx, ok := pgxinbox.TxFromContext(msg.Context())
+		if !ok {
+			return fmt.Errorf("no pgx transaction in the handler's context")
+		}
+		n, _ := strconv.Atoi(msg.Metadata.Get("n"))
+		_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
+		return err
+	}
+}
 
 // benchAccounts opens a pool whose round trips trips counts, with a bundle whose accounts table holds accounts
 // accounts, and returns them with the UPDATE that credits one account by its ID.
@@ -97,7 +106,7 @@ func sleepName(d time.Duration) string {
 // reports the rate from the first publish to the last ack.
 func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, table string, ib *inbox.Inbox, inFlight int, handle func(msg *message.Message) error) {
+}, table string, ib *inbox.Inbox, inFlight int, handle func(msg *message.Message) error) routed {
 	b.ReportAllocs()
 	logger := watermill.NopLogger{}
 	ch := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
@@ -148,6 +157,7 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 	if failed.Load() > 0 {
 		b.FailNow()
 	}
+	var r routed
 	trips.reset()
 	b.ResetTimer()
 	cpu0, cpuKnown := processCPU()
@@ -165,12 +175,14 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 	b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "rt/msg")
 	b.ReportMetric(float64(trips.waitedTotal().Microseconds())/float64(b.N), "wait-µs/msg")
 	if cpuKnown {
-		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+		r.cpu = float64((cpu1 - cpu0).Microseconds()) / float64(b.N)
+		b.ReportMetric(r.cpu, "cpu-µs/msg")
 	}
 	if ticks := (busy1 - busy0) + (idle1 - idle0); machineKnown && ticks > 0 {
 		busyShare := float64(busy1-busy0) / float64(ticks)
+		r.machine = busyShare * float64(cpus) * float64(elapsed.Microseconds()) / float64(b.N)
 		b.ReportMetric(100*(1-busyShare), "idle-%")
-		b.ReportMetric(busyShare*float64(cpus)*float64(elapsed.Microseconds())/float64(b.N), "machine-µs/msg")
+		b.ReportMetric(r.machine, "machine-µs/msg")
 	}
 	var commits int
 	if err := pool.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM `+table+
@@ -178,8 +190,18 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 		b.Fatal(err)
 	}
 	if commits > 0 {
-		b.ReportMetric(float64(b.N)/float64(commits), "msgs/commit")
+		r.perCommit = float64(b.N) / float64(commits)
+		b.ReportMetric(r.perCommit, "msgs/commit")
 	}
+	return r
+}
+
+// routed is what routeInFlight measured, for a benchmark that reads it: each figure is 0 where the platform does
+// not tell it.
+type routed struct {
+	perCommit float64 // messages per claiming transaction
+	cpu       float64 // this process's CPU time per message, in µs
+	machine   float64 // the whole machine's CPU time per message, in µs
 }
 
 // BenchmarkBatchFloor is what pgx alone does with a batch's statements, with no inbox and no router: one
@@ -253,19 +275,73 @@ func BenchmarkRouterStragglers(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				credit := credit(update)
 				routeInFlight(b, &trips, pool, bundle.table, ib, 64, func(msg *message.Message) error {
-					n, _ := strconv.Atoi(msg.Metadata.Get("n"))
-					if n%every == every-1 {
+					if n, _ := strconv.Atoi(msg.Metadata.Get("n")); n%every == every-1 {
 						time.Sleep(100 * time.Millisecond)
 					}
-					tx, ok := pgxinbox.TxFromContext(msg.Context())
-					if !ok {
-						return fmt.Errorf("no pgx transaction in the handler's context")
-					}
-					_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
-					return err
+					return credit(msg)
 				})
 			})
 		}
 	}
+}
+
+// BenchmarkRouterBatchCost splits what batch mode costs at 64 messages in flight with zero-work handlers into
+// what a commit costs and what a message costs. It runs BenchmarkRouterBatch's batch mode with batches capped at 8,
+// 16, 32 and 64 messages (WithBatch's maxSize), so that the same messages go in more or fewer transactions, and
+// fits each CPU time per message, the whole machine's and this process's, to per-message + per-commit ÷
+// msgs/commit, by least squares over the caps. It logs the two terms of each fit. A commit's term holds its
+// transaction's three round trips and the work the inbox does once a batch; a message's holds its router,
+// GoChannel and handler, its savepoint and statement, and its part in the claim.
+//
+// A mode's rate is the CPU it keeps busy divided by what a message costs, and batch mode at 64 in flight leaves a
+// third of the machine idle (BenchmarkRouterBatch's idle-%). Read the per-commit term beside it: it is what a
+// smaller batch pays for starting sooner.
+//
+//	go test -run '^$' -bench RouterBatchCost -benchtime 20000x -v .
+func BenchmarkRouterBatchCost(b *testing.B) {
+	var trips tripCounter
+	pool, bundle, update := benchAccounts(b, &trips)
+	got := make(map[int]routed)
+	caps := []int{8, 16, 32, inbox.MaxBatchSize}
+	for _, size := range caps {
+		b.Run(fmt.Sprintf("inflight=64/work=none/size=%d", size), func(b *testing.B) {
+			ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithBatch(time.Millisecond, size),
+				inbox.WithConsumer(fmt.Sprintf("cost-%d-%d", size, time.Now().UnixNano())))
+			if err != nil {
+				b.Fatal(err)
+			}
+			got[size] = routeInFlight(b, &trips, pool, bundle.table, ib, 64, credit(update))
+		})
+	}
+	for _, part := range []struct {
+		name string
+		of   func(routed) float64
+	}{{"machine", func(r routed) float64 { return r.machine }}, {"process", func(r routed) float64 { return r.cpu }}} {
+		var xs, ys []float64
+		for _, size := range caps {
+			if r, ok := got[size]; ok && r.perCommit > 0 && part.of(r) > 0 {
+				xs, ys = append(xs, 1/r.perCommit), append(ys, part.of(r))
+			}
+		}
+		if perMessage, perCommit, ok := fitLine(xs, ys); ok {
+			b.Logf("%s CPU: %.1f µs a message + %.0f µs a commit (%d caps)", part.name, perMessage, perCommit, len(xs))
+		}
+	}
+}
+
+// fitLine fits y = a + c·x by least squares; ok is false without two distinct xs.
+func fitLine(xs, ys []float64) (a, c float64, ok bool) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for k := range xs {
+		sx, sy, sxx, sxy = sx+xs[k], sy+ys[k], sxx+xs[k]*xs[k], sxy+xs[k]*ys[k]
+	}
+	d := n*sxx - sx*sx
+	if len(xs) < 2 || d <= 0 {
+		return 0, 0, false
+	}
+	c = (n*sxy - sx*sy) / d
+	return (sy - c*sx) / n, c, true
 }
