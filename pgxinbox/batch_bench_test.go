@@ -296,7 +296,7 @@ func BenchmarkRouterStragglers(b *testing.B) {
 // GoChannel and handler, its savepoint and statement, and its part in the claim.
 //
 // A mode's rate is the CPU it keeps busy divided by what a message costs, and batch mode at 64 in flight leaves a
-// third of the machine idle (BenchmarkRouterBatch's idle-%). Read the per-commit term beside it: it is what a
+// quarter to a third of the machine idle (BenchmarkRouterBatch's idle-%). Read the per-commit term beside it: it is what a
 // smaller batch pays for starting sooner.
 //
 //	go test -run '^$' -bench RouterBatchCost -benchtime 20000x -v .
