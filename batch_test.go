@@ -376,14 +376,15 @@ func TestBatch_ABatchHoldingHalfTheMessagesInFlightDoesNotWaitToFill(t *testing.
 	require.Eventually(t, started.Load, 10*time.Second, time.Millisecond)
 	second := deliver(inboxtest.EventIDs("second", in)...)
 	var secondErrs []error
-	for timeout := time.After(10 * time.Second); len(secondErrs) < in; {
+	timeout := time.After(10 * time.Second)
+collect:
+	for len(secondErrs) < in {
 		select {
 		case err := <-second:
 			secondErrs = append(secondErrs, err)
-			continue
 		case <-timeout:
+			break collect
 		}
-		break
 	}
 	whileRunning := len(secondErrs)
 	release() // and let whatever waits go on, so that a failure leaves nothing running
