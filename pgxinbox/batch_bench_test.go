@@ -45,15 +45,7 @@ func BenchmarkRouterBatch(b *testing.B) {
 			for _, mode := range []string{"message", "batch"} {
 				name := fmt.Sprintf("inflight=%d/work=%s/mode=%s", inFlight, sleepName(sleep), mode)
 				b.Run(name, func(b *testing.B) {
-					opts := []inbox.Option{inbox.WithTable(bundle.table),
-						inbox.WithConsumer(fmt.Sprintf("bench-%s-%d", mode, runs.Add(1)))}
-					if mode == "batch" {
-						opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
-					}
-					ib, err := pgxinbox.New(pool, opts...)
-					if err != nil {
-						b.Fatal(err)
-					}
+					ib := inboxInMode(b, pool, bundle.table, mode, &runs)
 					credit := credit(update)
 					routeInFlight(b, &trips, pool, bundle.table, ib, inFlight, func(msg *message.Message) error {
 						if sleep > 0 {
@@ -63,6 +55,53 @@ func BenchmarkRouterBatch(b *testing.B) {
 					})
 				})
 			}
+		}
+	}
+}
+
+// inboxInMode returns an inbox on table per message (mode "message") or in batch mode ("batch", with
+// WithBatch(time.Millisecond, MaxBatchSize), as the README shows it), under a consumer name of its own.
+func inboxInMode(b *testing.B, pool *pgxpool.Pool, table, mode string, runs *atomic.Int64) *inbox.Inbox {
+	opts := []inbox.Option{inbox.WithTable(table), inbox.WithConsumer(fmt.Sprintf("bench-%s-%d", mode, runs.Add(1)))}
+	if mode == "batch" {
+		opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
+	}
+	ib, err := pgxinbox.New(pool, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ib
+}
+
+// BenchmarkRouterWithoutInbox sets BenchmarkRouterBatch's two modes, with zero-work handlers, beside two consumers
+// without an inbox on the same router, GoChannel and publishers: mode=none, whose handler does nothing and touches
+// no database, is what the router, the GoChannel and the benchmark's publishers cost on their own (the floor under
+// every mode); mode=autocommit runs the handlers' UPDATE on the pool, one statement in its own implicit
+// transaction and one round trip a message, with no claim: a consumer that applies a redelivered copy twice. The
+// four modes of one count in flight run back to back; read their ratios, and repeat whole runs:
+//
+//	go test -run '^$' -bench RouterWithoutInbox -benchtime 20000x .
+func BenchmarkRouterWithoutInbox(b *testing.B) {
+	var trips tripCounter
+	pool, bundle, update := benchAccounts(b, &trips)
+	var runs atomic.Int64
+	for _, inFlight := range []int{8, 64, 256} {
+		for _, mode := range []string{"none", "autocommit", "message", "batch"} {
+			b.Run(fmt.Sprintf("inflight=%d/mode=%s", inFlight, mode), func(b *testing.B) {
+				switch mode {
+				case "none":
+					routeInFlight(b, &trips, pool, "", nil, inFlight, func(*message.Message) error { return nil })
+				case "autocommit":
+					routeInFlight(b, &trips, pool, "", nil, inFlight, func(msg *message.Message) error {
+						n, _ := strconv.Atoi(msg.Metadata.Get("n"))
+						_, err := pool.Exec(msg.Context(), update, 1+n%accounts)
+						return err
+					})
+				default:
+					ib := inboxInMode(b, pool, bundle.table, mode, &runs)
+					routeInFlight(b, &trips, pool, bundle.table, ib, inFlight, credit(update))
+				}
+			})
 		}
 	}
 }
@@ -103,7 +142,8 @@ func sleepName(d time.Duration) string {
 }
 
 // routeInFlight publishes b.N messages to a router of inFlight handlers behind ib, one GoChannel topic each, and
-// reports the rate from the first publish to the last ack.
+// reports the rate from the first publish to the last ack. With ib nil the handlers run without an inbox, and
+// with table "" it does not count the inbox's commits.
 func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, table string, ib *inbox.Inbox, inFlight int, handle func(msg *message.Message) error) routed {
@@ -126,7 +166,9 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 			}
 			return nil
 		})
-		h.AddMiddleware(ib.Middleware)
+		if ib != nil {
+			h.AddMiddleware(ib.Middleware)
+		}
 	}
 	go func() { _ = router.Run(context.Background()) }()
 	<-router.Running()
@@ -183,6 +225,9 @@ func routeInFlight(b *testing.B, trips *tripCounter, pool interface {
 		r.machine = busyShare * float64(cpus) * float64(elapsed.Microseconds()) / float64(b.N)
 		b.ReportMetric(100*(1-busyShare), "idle-%")
 		b.ReportMetric(r.machine, "machine-µs/msg")
+	}
+	if table == "" {
+		return r
 	}
 	var commits int
 	if err := pool.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM `+table+
@@ -263,18 +308,11 @@ func BenchmarkBatchFloor(b *testing.B) {
 func BenchmarkRouterStragglers(b *testing.B) {
 	var trips tripCounter
 	pool, bundle, update := benchAccounts(b, &trips)
+	var runs atomic.Int64
 	for _, every := range []int{100, 10} {
 		for _, mode := range []string{"message", "batch"} {
 			b.Run(fmt.Sprintf("every=%d/mode=%s", every, mode), func(b *testing.B) {
-				opts := []inbox.Option{inbox.WithTable(bundle.table),
-					inbox.WithConsumer(fmt.Sprintf("straggle-%s-%d", mode, time.Now().UnixNano()))}
-				if mode == "batch" {
-					opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
-				}
-				ib, err := pgxinbox.New(pool, opts...)
-				if err != nil {
-					b.Fatal(err)
-				}
+				ib := inboxInMode(b, pool, bundle.table, mode, &runs)
 				credit := credit(update)
 				routeInFlight(b, &trips, pool, bundle.table, ib, 64, func(msg *message.Message) error {
 					if n, _ := strconv.Atoi(msg.Metadata.Get("n")); n%every == every-1 {
