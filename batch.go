@@ -25,8 +25,9 @@ import (
 //     batching. Otherwise a batch begins as soon as no other batch is claiming its messages (while batches run,
 //     after waiting up to the batch wait for it to fill).
 //  2. The batch begins its transaction and claims its IDs, sorted (batches sharing IDs lock them in one order).
-//     A message whose ID was there already (a duplicate, or a row lease mode holds) leaves the batch and goes
-//     the way of a message without batching, as does every message of a batch whose claim failed.
+//     A message whose row was there already leaves the batch: a finished one (a duplicate) ends at once, its row
+//     read in the batch's transaction (readFinished); one that lease mode holds or left goes the way of a message
+//     without batching, as does every message of a batch whose claim failed.
 //  3. Run the handler at once. Its first use of the transaction waits for the batch's turn (WithBatchConcurrency
 //     batches at a time, in the order they began) and then for the connection, which one handler holds at a
 //     time, and sets its savepoint (on pgx, sent with its first statement); it holds the connection until it
@@ -58,6 +59,13 @@ func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h messag
 	if b := <-m.turn; b != nil {
 		return b.apply(m)
 	}
+	if m.row != nil {
+		// Its row was there, finished, when the batch claimed: it ends as it would alone, without a transaction.
+		if produced, err := decodeProduced(consumer, id, m.row.Produced); err == nil {
+			_, err = i.skipped(msg, consumer, id, m.row.State, m.ob)
+			return produced, err
+		}
+	}
 	return i.applyOwn(msg, consumer, id, h)
 }
 
@@ -69,6 +77,10 @@ type member struct {
 	ob      *observed
 	turn    chan *batch        // the batch that claimed the message, or nil: it goes on alone
 	outcome chan commitOutcome // the batch's commit, for a member whose handler succeeded
+	// row is, for a member that goes on without its batch, the row the batch's claim found there when it is
+	// finished ('done': a copy of an applied message; 'failed': dead-lettered in lease mode), read in the batch's
+	// transaction (readFinished); set before turn is sent.
+	row *dialect.StoredRow
 }
 
 // commitOutcome is how a batch's commit ended.
@@ -473,14 +485,23 @@ func (q *batchQueue) run(members []*member) {
 		goAlone(members)
 		return
 	}
+	owned := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		owned[id] = true
+	}
+	if len(claimed) < len(members) {
+		if err := q.readFinished(ctx, tx, members, owned); err != nil {
+			i.cfg.logger.Debug("Inbox batch could not read the rows its claim found; its messages go on one by one",
+				watermill.LogFields{"consumer": q.consumer, "messages": len(members), "error": err.Error()})
+			_ = tx.Rollback(ctx)
+			goAlone(members)
+			return
+		}
+	}
 	b := &batch{i: i, q: q, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), members: len(claimed), solo: len(claimed) == 1,
 		done: make(chan struct{}), ready: make(chan struct{})}
 	if p, ok := tx.(pipeliner); ok && !b.solo {
 		b.pipe = p
-	}
-	owned := make(map[string]bool, len(claimed))
-	for _, id := range claimed {
-		owned[id] = true
 	}
 	if len(claimed) == 0 {
 		_ = tx.Rollback(ctx)
@@ -500,6 +521,31 @@ func (q *batchQueue) run(members []*member) {
 	slotHeld = false
 	q.ended(b)
 	b.end()
+}
+
+// readFinished reads, in the batch's transaction, the rows that its claim found there already (those of the
+// members not owned), and gives each member whose row is finished that row, so that it ends without a transaction
+// of its own: alone, a copy would begin one, claim again, read its row and roll back, three round trips, where a
+// burst of copies after a rebalance or a crash costs the batch this one statement. A row in another state (one that
+// lease mode holds or left) goes on alone, as does every member when the dialect cannot read many rows at once.
+// An error leaves the transaction unusable: the caller rolls it back.
+func (q *batchQueue) readFinished(ctx context.Context, tx driver.Tx, members []*member, owned map[string]bool) error {
+	ids := make([]string, 0, len(members)-len(owned))
+	for _, m := range members {
+		if !owned[m.id] {
+			ids = append(ids, m.id)
+		}
+	}
+	rows, ok, err := q.i.store.readRows(ctx, tx, q.consumer, ids)
+	if !ok || err != nil {
+		return err
+	}
+	for _, m := range members {
+		if row, found := rows[m.id]; found && !owned[m.id] && (row.State == stateDone || row.State == stateFailed) {
+			m.row = &row
+		}
+	}
+	return nil
 }
 
 // end commits the batch once every handler has finished, and tells the members that succeeded how it went.

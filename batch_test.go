@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,14 +16,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // runOneBatch delivers one message per ID to h at once, each from its own goroutine, while no batch may begin;
 // once all of them wait, they form one batch. It returns each delivery's error, or the value it panicked with, by ID.
 type batchRun struct {
-	errs   map[string]error
-	panics map[string]any
+	errs     map[string]error
+	panics   map[string]any
+	produced map[string][]*message.Message // what each delivery returned
 }
 
 func runOneBatch(t *testing.T, ib *inbox.Inbox, b *testBundle, h message.HandlerFunc, ids []string) batchRun {
@@ -30,7 +33,7 @@ func runOneBatch(t *testing.T, ib *inbox.Inbox, b *testBundle, h message.Handler
 	release := inbox.HoldBatches(ib, "wallet-credits")
 	mw := ib.Middleware(h)
 
-	run := batchRun{errs: map[string]error{}, panics: map[string]any{}}
+	run := batchRun{errs: map[string]error{}, panics: map[string]any{}, produced: map[string][]*message.Message{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, id := range ids {
@@ -44,9 +47,9 @@ func runOneBatch(t *testing.T, ib *inbox.Inbox, b *testBundle, h message.Handler
 					mu.Unlock()
 				}
 			}()
-			_, err := mw(newMsg(id))
+			out, err := mw(newMsg(id))
 			mu.Lock()
-			run.errs[id] = err
+			run.errs[id], run.produced[id] = err, out
 			mu.Unlock()
 		}()
 	}
@@ -501,4 +504,78 @@ func TestBatch_HandlersThatTakeAPoolConnectionBesideTheirTransactionNeverStarveO
 		require.NoError(t, <-errs)
 	}
 	require.Equal(t, n, b.balance(t))
+}
+
+// beginCounter counts the transactions begun on its pool.
+type beginCounter struct {
+	driver.Pool
+	begun atomic.Int64
+}
+
+func (c *beginCounter) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	c.begun.Add(1)
+	return c.Pool.Begin(ctx, opts)
+}
+
+func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	pool := &beginCounter{Pool: driver.StdSQL(b.db)}
+	var obs countingObserver
+	ib, err := inbox.On(pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
+		inbox.WithLogger(b.logs), inbox.WithObserver(&obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
+	require.NoError(t, err)
+	var calls atomic.Int64
+	credit := b.credit(1, &calls)
+	produced := sync.Map{} // event ID -> the UUID of the message its first application produced
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
+	}
+	deliver := func(ids []string) map[string][]*message.Message {
+		t.Helper()
+		run := runOneBatch(t, ib, b, h, ids)
+		for _, id := range ids {
+			require.NoError(t, run.errs[id], id)
+		}
+		return run.produced
+	}
+
+	applied := inboxtest.EventIDs("evt", 16)
+	for id, msgs := range deliver(applied) {
+		require.Len(t, msgs, 1, id)
+		produced.Store(id, msgs[0].UUID)
+	}
+	require.EqualValues(t, 16, calls.Load())
+	before := pool.begun.Load()
+
+	// A burst of copies only: the batch's claim finds every row, and no copy begins a transaction of its own.
+	for id, msgs := range deliver(applied) {
+		uuid, _ := produced.Load(id)
+		require.Len(t, msgs, 1, "%s's produced message goes out again", id)
+		require.Equal(t, uuid, msgs[0].UUID, id)
+	}
+	require.EqualValues(t, 16, calls.Load(), "no copy's handler runs")
+	require.EqualValues(t, 16, obs.duplicates.Load(), "each copy is reported a duplicate")
+	require.EqualValues(t, 1, pool.begun.Load()-before, "the burst costs the batch's transaction only")
+
+	// Copies among new messages: the new ones apply in the batch, the copies end beside it.
+	fresh := inboxtest.EventIDs("new", 8)
+	before = pool.begun.Load()
+	out := deliver(append(slices.Clone(applied[:8]), fresh...))
+	for _, id := range applied[:8] {
+		uuid, _ := produced.Load(id)
+		require.Len(t, out[id], 1, id)
+		require.Equal(t, uuid, out[id][0].UUID, id)
+	}
+	for _, id := range fresh {
+		require.Len(t, out[id], 1, id)
+	}
+	require.EqualValues(t, 24, calls.Load(), "only the new messages' handlers run")
+	require.EqualValues(t, 24, obs.duplicates.Load())
+	require.EqualValues(t, 1, pool.begun.Load()-before, "one transaction for the new messages and the copies")
+	require.Equal(t, 24, b.balance(t), "each message applied once")
+	require.Equal(t, 24, b.rows(t, "wallet-credits"))
 }

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ var Postgres dialect.Dialect = &postgres{}
 type postgres struct {
 	queries sync.Map // table name -> *pgQueries
 	batches sync.Map // batchKey -> string: the batch claim of one table and size
+	reads   sync.Map // batchKey -> string: ReadRows of one table and count of IDs
 }
 
 // pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
@@ -566,16 +568,9 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 	key := batchKey{p.Table, len(p.IDs)}
 	query, ok := pg.batches.Load(key)
 	if !ok {
-		var b strings.Builder
-		b.WriteString("INSERT INTO " + p.Table + " (consumer_id, message_id, state) VALUES ")
-		for n := range p.IDs {
-			if n > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, `($1, $%d, $2::text::"char")`, n+3)
-		}
-		b.WriteString(" ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING message_id::text")
-		query, _ = pg.batches.LoadOrStore(key, b.String())
+		query, _ = pg.batches.LoadOrStore(key, "INSERT INTO "+p.Table+" (consumer_id, message_id, state) VALUES "+
+			commaList(len(p.IDs), func(k int) string { return fmt.Sprintf(`($1, $%d, $2::text::"char")`, k+3) })+
+			" ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING message_id::text")
 	}
 	args := make([]any, 0, len(p.IDs)+2)
 	args = append(args, p.ConsumerID, stateCode(p.State))
@@ -596,6 +591,53 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 		claimed = append(claimed, id)
 	}
 	return claimed, rows.Err()
+}
+
+// ReadRows is ReadRow for many IDs in one statement: one round trip and one index probe per ID. Batch mode runs it
+// only when its claim found rows there already, for those IDs; in a burst of redelivered copies that is every
+// message of the batch, which would otherwise each begin a transaction, claim again and read alone. Each ID is its
+// own parameter, as in ClaimBatch, and the text is built once per table and count.
+func (pg *postgres) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
+	key := batchKey{p.Table, len(p.IDs)}
+	query, ok := pg.reads.Load(key)
+	if !ok {
+		query, _ = pg.reads.LoadOrStore(key, "SELECT i.message_id::text, i.state::text, p.produced FROM "+p.Table+
+			" i LEFT JOIN "+p.Table+"_produced p ON p.message_id = i.message_id AND p.consumer_id = i.consumer_id"+
+			" WHERE i.consumer_id = $1 AND i.message_id IN ("+
+			commaList(len(p.IDs), func(k int) string { return "$" + strconv.Itoa(k+2) })+")")
+	}
+	args := make([]any, 0, len(p.IDs)+1)
+	args = append(args, p.ConsumerID)
+	for _, id := range p.IDs {
+		args = append(args, id)
+	}
+	rows, err := literally(q).Query(ctx, query.(string), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := make(map[string]dialect.StoredRow, len(p.IDs))
+	for rows.Next() {
+		var id, state string
+		var produced []byte
+		if err := rows.Scan(&id, &state, &produced); err != nil {
+			return nil, err
+		}
+		found[id] = dialect.StoredRow{State: stateName(state), Produced: produced}
+	}
+	return found, rows.Err()
+}
+
+// commaList joins item(0) to item(n-1) with commas: the rows or the parameters of a statement built for n IDs.
+func commaList(n int, item func(k int) string) string {
+	var b strings.Builder
+	for k := range n {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(item(k))
+	}
+	return b.String()
 }
 
 func (pg *postgres) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {

@@ -73,6 +73,24 @@ func (s *store) claimBatch(ctx context.Context, tx driver.Tx, consumer string, i
 	return claimed, nil
 }
 
+// readRows returns the rows of consumer and ids that exist, by ID, when the dialect reads many in one statement;
+// ok is false when it does not.
+func (s *store) readRows(ctx context.Context, tx driver.Tx, consumer string, ids []string) (rows map[string]dialect.StoredRow, ok bool, err error) {
+	r, ok := s.d.(dialect.RowsReader)
+	if !ok {
+		return nil, false, nil
+	}
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return nil, true, err
+	}
+	rows, err = r.ReadRows(ctx, tx, dialect.RowsParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids})
+	if err != nil {
+		return nil, true, s.wrap("read rows", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
+	}
+	return rows, true, nil
+}
+
 // unclaim deletes the row tx claimed for (consumer, id) and has not committed.
 func (s *store) unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
 	cid, err := s.consumerID(ctx, consumer)

@@ -250,6 +250,28 @@ type ClaimBatchParams struct {
 	State string
 }
 
+// RowsReader is a Dialect that reads many rows in one statement. Batch mode reads with it, in the batch's
+// transaction, the rows its claim found there already, so that a copy of a finished message ends with its batch's
+// claim instead of in a transaction of its own; with a dialect that is not one, each such message goes on alone.
+type RowsReader interface {
+	// ReadRows returns the state and the produced messages (nil for none) of the rows of Consumer and each of IDs,
+	// by ID as ClaimBatch spells IDs; an ID without a row is left out.
+	ReadRows(ctx context.Context, q driver.Executor, p RowsParams) (map[string]StoredRow, error)
+}
+
+// RowsParams name the rows of one consumer and several IDs.
+type RowsParams struct {
+	Table, Consumer string
+	ConsumerID      int      // what ConsumerID returned for Consumer
+	IDs             []string // distinct
+}
+
+// StoredRow is what ReadRows returns of one row: what ReadRow returns.
+type StoredRow struct {
+	State    string
+	Produced []byte
+}
+
 // RowParams name one row.
 type RowParams struct {
 	Table, Consumer, ID string

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -253,4 +254,54 @@ func batchStragglersUnderLoad(t *testing.T, conn Conn) {
 	require.EqualValues(t, n, credited, "each to its own account")
 	require.EqualValues(t, n, b.rows(t))
 	require.LessOrEqual(t, calls.Load(), int64(2*n))
+}
+
+// batchCopies: in batch mode, copies of applied messages that arrive together, beside new messages, are acked
+// without running their handlers, each with the messages its first application produced, while the new messages
+// apply once: the batch's claim finds the copies' rows and they end beside it.
+func batchCopies(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	ib := b.inbox(t, inbox.WithBatch(50*time.Millisecond, 32), inbox.WithBatchConcurrency(1))
+	var calls atomic.Int64
+	credit := b.credit(1, &calls)
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
+	})
+	applied := EventIDs("evt", 12)
+	first := map[string]string{} // event ID -> the UUID of its produced message
+	for _, id := range applied {
+		out, err := h(newMsg(id))
+		require.NoError(t, err, id)
+		require.Len(t, out, 1, id)
+		first[id] = out[0].UUID
+	}
+
+	ids := append(slices.Clone(applied), EventIDs("new", 6)...)
+	var mu sync.Mutex
+	got := map[string][]*message.Message{}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := h(newMsg(id))
+			assert.NoError(t, err, id)
+			mu.Lock()
+			got[id] = out
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.Len(t, got[id], 1, "%s returns one produced message", id)
+		if uuid, ok := first[id]; ok {
+			require.Equal(t, uuid, got[id][0].UUID, "%s, a copy, returns what its first application produced", id)
+		}
+	}
+	require.EqualValues(t, len(ids), calls.Load(), "no copy's handler runs")
+	require.EqualValues(t, len(ids), b.balance(t), "each message applied once")
+	require.EqualValues(t, len(ids), b.rows(t))
 }

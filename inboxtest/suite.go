@@ -34,6 +34,7 @@ var cases = []struct {
 	{"InBatchModeAHandlerThatWorksLongBeforeItWritesHoldsUpOnlyItsOwnBatch", batchSlowHandler},
 	{"ABatchWhoseHandlersWorkOnItsConnectionKeepsTheTurnUntilTheyReturn", batchKeepsItsTurn},
 	{"InBatchModeStragglersAmongManyMessagesInFlightLoseAndDuplicateNothing", batchStragglersUnderLoad},
+	{"InBatchModeCopiesOfAppliedMessagesReturnTheirProducedMessagesWithoutRunning", batchCopies},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"AMessageWithoutAnEventIDIsDeadLetteredAndAcked", noEventIDIsDeadLettered},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -195,4 +197,60 @@ func messagesOverCountedPool(t *testing.T, mode pgx.QueryExecMode, n int, opts .
 		require.NoError(t, err)
 	}
 	return trips.trips.Load(), b, h, calls
+}
+
+// Copies of applied messages that meet in one batch end with the batch's claim: the claim finds their rows, one
+// statement reads them with their produced messages, and the transaction rolls back, three round trips for the
+// whole batch where each copy alone would begin, claim, read and roll back in its own.
+func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testing.T) {
+	t.Parallel()
+	var trips tripCounter
+	pool := openCountingPool(t, &trips, pgx.QueryExecModeCacheStatement)
+	b := newBundleOn(t, pool)
+	const n = 16
+	ib, err := pgxinbox.New(pool, b.options(inbox.WithBatch(time.Minute, n), inbox.WithBatchConcurrency(1))...)
+	require.NoError(t, err)
+	var calls atomic.Int64
+	credit := b.credit(1, &calls)
+	release, blocking := make(chan struct{}), make(chan struct{})
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == "blocker" {
+			close(blocking)
+			<-release
+			return nil, nil
+		}
+		return credit(msg)
+	})
+	ids := make([]string, 2*n)
+	for k := range ids {
+		ids[k] = fmt.Sprintf("evt-%d", k)
+		_, err := h(newMsg(ids[k])) // alone: nothing else runs
+		require.NoError(t, err)
+	}
+
+	// A message that holds the consumer's turn, so that the copies queue and form batches of n.
+	blocker := make(chan error, 1)
+	go func() { _, err := h(newMsg("blocker")); blocker <- err }()
+	<-blocking
+	copies := func(ids []string) {
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := h(newMsg(id))
+				assert.NoError(t, err, id)
+			}()
+		}
+		wg.Wait()
+	}
+	copies(ids[:n]) // prepares the batch's statements on the connection the next batch takes again
+	trips.reset()
+	copies(ids[n:])
+	got := trips.trips.Load()
+	close(release)
+	require.NoError(t, <-blocker)
+
+	require.EqualValues(t, 2*n, calls.Load(), "no copy's handler ran")
+	require.LessOrEqual(t, got, int64(3), "%d copies cost %d round trips", n, got)
 }
