@@ -106,6 +106,53 @@ func BenchmarkRouterWithoutInbox(b *testing.B) {
 	}
 }
 
+// BenchmarkRedeliveredBurst is the burst of copies that follows a rebalance or a crash: b.N messages applied once,
+// then delivered again, every one a copy, 64 at a time (64 goroutines, each its own share in turn, as 64
+// partitions), straight to the middleware, per message and in batch mode. It reports the copies' rate and their
+// round trips. In batch mode the copies that meet in a batch end with its claim and one read of their rows.
+//
+//	go test -run '^$' -bench RedeliveredBurst -benchtime 5000x .
+func BenchmarkRedeliveredBurst(b *testing.B) {
+	var trips tripCounter
+	pool, bundle, update := benchAccounts(b, &trips)
+	var runs atomic.Int64
+	for _, mode := range []string{"message", "batch"} {
+		b.Run("inflight=64/mode="+mode, func(b *testing.B) {
+			credit := credit(update)
+			h := inboxInMode(b, pool, bundle.table, mode, &runs).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				return nil, credit(msg)
+			})
+			prefix := fmt.Sprintf("burst-%d-%d-", time.Now().UnixNano(), b.N)
+			deliver := func() {
+				var wg sync.WaitGroup
+				for t := range 64 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := t; i < b.N; i += 64 {
+							msg := newMsg(prefix + strconv.Itoa(i))
+							msg.Metadata.Set("n", strconv.Itoa(i))
+							if _, err := h(msg); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			deliver() // applied once
+			trips.reset()
+			b.ResetTimer()
+			start := time.Now()
+			deliver() // every one a copy
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "copies/s")
+			b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "rt/copy")
+		})
+	}
+}
+
 // accounts is how many accounts the batch benchmarks' updates spread over.
 const accounts = 100_000
 
