@@ -541,7 +541,7 @@ func (q *batchQueue) readFinished(ctx context.Context, tx driver.Tx, members []*
 		return err
 	}
 	for _, m := range members {
-		if row, found := rows[m.id]; found && !owned[m.id] && (row.State == stateDone || row.State == stateFailed) {
+		if row, found := rows[m.id]; found && (row.State == stateDone || row.State == stateFailed) { // only unowned IDs were read
 			m.row = &row
 		}
 	}

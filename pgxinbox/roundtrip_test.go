@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +14,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -232,21 +231,10 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 	blocker := make(chan error, 1)
 	go func() { _, err := h(newMsg("blocker")); blocker <- err }()
 	<-blocking
-	copies := func(ids []string) {
-		var wg sync.WaitGroup
-		for _, id := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := h(newMsg(id))
-				assert.NoError(t, err, id)
-			}()
-		}
-		wg.Wait()
-	}
-	copies(ids[:n]) // prepares the batch's statements on the connection the next batch takes again
+	// The first n prepare the batch's statements on the connection the next batch takes again.
+	require.Empty(t, inboxtest.DeliverCopies(t, h, ids[:n], 1))
 	trips.reset()
-	copies(ids[n:])
+	require.Empty(t, inboxtest.DeliverCopies(t, h, ids[n:], 1))
 	got := trips.trips.Load()
 	close(release)
 	require.NoError(t, <-blocker)
