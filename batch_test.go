@@ -506,21 +506,10 @@ func TestBatch_HandlersThatTakeAPoolConnectionBesideTheirTransactionNeverStarveO
 	require.Equal(t, n, b.balance(t))
 }
 
-// beginCounter counts the transactions begun on its pool.
-type beginCounter struct {
-	driver.Pool
-	begun atomic.Int64
-}
-
-func (c *beginCounter) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	c.begun.Add(1)
-	return c.Pool.Begin(ctx, opts)
-}
-
 func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	pool := &beginCounter{Pool: driver.StdSQL(b.db)}
+	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
 	var obs countingObserver
 	ib, err := inbox.On(pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
 		inbox.WithLogger(b.logs), inbox.WithObserver(&obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
@@ -549,7 +538,7 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 		produced.Store(id, msgs[0].UUID)
 	}
 	require.EqualValues(t, 16, calls.Load())
-	before := pool.begun.Load()
+	before := pool.Begun.Load()
 
 	// A burst of copies only: the batch's claim finds every row, and no copy begins a transaction of its own.
 	for id, msgs := range deliver(applied) {
@@ -559,11 +548,11 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	}
 	require.EqualValues(t, 16, calls.Load(), "no copy's handler runs")
 	require.EqualValues(t, 16, obs.duplicates.Load(), "each copy is reported a duplicate")
-	require.EqualValues(t, 1, pool.begun.Load()-before, "the burst costs the batch's transaction only")
+	require.EqualValues(t, 1, pool.Begun.Load()-before, "the burst costs the batch's transaction only")
 
 	// Copies among new messages: the new ones apply in the batch, the copies end beside it.
 	fresh := inboxtest.EventIDs("new", 8)
-	before = pool.begun.Load()
+	before = pool.Begun.Load()
 	out := deliver(append(slices.Clone(applied[:8]), fresh...))
 	for _, id := range applied[:8] {
 		uuid, _ := produced.Load(id)
@@ -575,7 +564,7 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	}
 	require.EqualValues(t, 24, calls.Load(), "only the new messages' handlers run")
 	require.EqualValues(t, 24, obs.duplicates.Load())
-	require.EqualValues(t, 1, pool.begun.Load()-before, "one transaction for the new messages and the copies")
+	require.EqualValues(t, 1, pool.Begun.Load()-before, "one transaction for the new messages and the copies")
 	require.Equal(t, 24, b.balance(t), "each message applied once")
 	require.Equal(t, 24, b.rows(t, "wallet-credits"))
 }

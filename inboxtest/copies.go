@@ -1,9 +1,11 @@
 package inboxtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // DeliverCopies hands copies of each event to h at once, from as many goroutines, as a broker redelivering them
@@ -85,4 +88,16 @@ func (c *CallCounter) RequireOnceEach(t testing.TB, ids []string) {
 		}
 	}
 	require.Empty(t, wrong, "every event's external call happens exactly once")
+}
+
+// BeginCounter is a pool that counts the transactions begun on it.
+type BeginCounter struct {
+	driver.Pool
+	Begun atomic.Int64
+}
+
+// Begin counts a transaction, then begins it on the pool.
+func (c *BeginCounter) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	c.Begun.Add(1)
+	return c.Pool.Begin(ctx, opts)
 }

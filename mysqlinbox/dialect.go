@@ -106,6 +106,32 @@ func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect
 	return state, produced, err
 }
 
+// ReadRows is ReadRow for many IDs in one statement (queries.readMany gives its shape): a batch whose
+// claim found rows there already reads them all in one round trip, so that its copies of applied messages end
+// with it instead of each in a transaction of its own.
+func (m *mysqlDialect) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
+	args := make([]any, 0, len(p.IDs)+1)
+	args = append(args, p.Consumer)
+	for _, id := range p.IDs {
+		args = append(args, id)
+	}
+	rows, err := q.Query(ctx, m.sql(p.Table).readRows(len(p.IDs)), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := make(map[string]dialect.StoredRow, len(p.IDs))
+	for rows.Next() {
+		var id []byte
+		var row dialect.StoredRow
+		if err := rows.Scan(&id, &row.State, &row.Produced); err != nil {
+			return nil, err
+		}
+		found[string(id)] = row
+	}
+	return found, rows.Err()
+}
+
 func (m *mysqlDialect) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
 	_, err := tx.Exec(ctx, m.sql(p.Table).saveProduced, p.Consumer, p.ID, p.Produced)
 	return err
