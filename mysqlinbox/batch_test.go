@@ -1,11 +1,13 @@
 package mysqlinbox_test
 
 import (
+	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
@@ -23,23 +25,9 @@ func TestBatch_CopiesEndWithTheirBatchsClaimBesideAMessageInFlight(t *testing.T)
 	b := newBundle(t)
 	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
 	const n = 16
-	ib, err := inbox.OnDialect(mysqlinbox.Dialect, pool).New(b.options(inbox.WithBatch(time.Minute, n),
-		inbox.WithBatchConcurrency(1))...)
-	require.NoError(t, err)
+	ib := batchInbox(t, b, pool, n)
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
-	release, blocking := make(chan struct{}), make(chan struct{})
-	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := credit(msg); err != nil {
-			return nil, err
-		}
-		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == "blocker" {
-			close(blocking)
-			<-release
-			return nil, nil
-		}
-		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
-	})
+	h := ib.Middleware(b.producing(&calls))
 	ids := inboxtest.EventIDs("evt", n)
 	first := map[string]string{} // event ID -> the UUID of the message its first application produced
 	for _, id := range ids {
@@ -49,35 +37,204 @@ func TestBatch_CopiesEndWithTheirBatchsClaimBesideAMessageInFlight(t *testing.T)
 		first[id] = out[0].UUID
 	}
 
-	// A message that holds the consumer's turn with its claim and its write uncommitted, so that the copies queue
-	// and form one batch of n beside it.
-	blocker := make(chan error, 1)
-	go func() { _, err := h(newMsg("blocker")); blocker <- err }()
-	<-blocking
+	h, release, held := holdTurn(t, ib, "blocker", b.producing(&calls), false)
 	before := pool.Begun.Load()
-	outs := make([][]*message.Message, n)
-	errs := make([]error, n)
-	done := make(chan struct{})
-	for k, id := range ids {
+	outs, errs := deliverTogether(h, ids)
+	begun := pool.Begun.Load() - before
+	release()
+	require.NoError(t, (<-held).err)
+
+	for _, id := range ids {
+		require.NoError(t, errs[id], id)
+		require.Len(t, outs[id], 1, "%s's produced message goes out again", id)
+		require.Equal(t, first[id], outs[id][0].UUID, id)
+	}
+	require.EqualValues(t, n, calls.Load(), "no copy's handler runs")
+	require.EqualValues(t, 1, begun, "the copies cost the batch's transaction only")
+	require.Equal(t, n, b.balance(t))
+	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
+}
+
+// batchInbox is an inbox over pool whose batches hold up to n messages and wait up to a minute to fill, one at a
+// time.
+func batchInbox(t *testing.T, b *testBundle, pool driver.Pool, n int) *inbox.Inbox {
+	t.Helper()
+	ib, err := inbox.OnDialect(mysqlinbox.Dialect, pool).New(b.options(inbox.WithBatch(time.Minute, n),
+		inbox.WithBatchConcurrency(1))...)
+	require.NoError(t, err)
+	return ib
+}
+
+// heldResult is what a held delivery returned.
+type heldResult struct {
+	out []*message.Message
+	err error
+}
+
+// holdTurn delivers id through ib's middleware around next, and holds that message in its handler until release
+// is called, after next when runs is set and instead of it when not (a held write would lock the row every other
+// message credits). Alone in the inbox, the message holds the consumer's turn, and its claim stays uncommitted:
+// messages delivered meanwhile through h queue and form batches beside it. held receives what the held delivery
+// returned.
+func holdTurn(t *testing.T, ib *inbox.Inbox, id string, next message.HandlerFunc, runs bool) (h message.HandlerFunc, release func(), held <-chan heldResult) {
+	t.Helper()
+	blocking, released := make(chan struct{}), make(chan struct{})
+	h = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) != id {
+			return next(msg)
+		}
+		var out []*message.Message
+		var err error
+		if runs {
+			out, err = next(msg)
+		}
+		close(blocking)
+		<-released
+		return out, err
+	})
+	result := make(chan heldResult, 1)
+	go func() {
+		out, err := h(newMsg(id))
+		result <- heldResult{out, err}
+	}()
+	select {
+	case <-blocking:
+	case r := <-result:
+		t.Fatalf("%s returned before it was held: %v", id, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not held within 10s", id)
+	}
+	return h, func() { close(released) }, result
+}
+
+// countingPool counts, beside the transactions begun on it, the statements of theirs that start with prefix.
+type countingPool struct {
+	inboxtest.BeginCounter
+	prefix string
+	n      atomic.Int64
+}
+
+func (p *countingPool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := p.BeginCounter.Begin(ctx, opts)
+	return countingTx{tx, p}, err
+}
+
+type countingTx struct {
+	driver.Tx
+	p *countingPool
+}
+
+func (c countingTx) count(query string) {
+	if strings.HasPrefix(query, c.p.prefix) {
+		c.p.n.Add(1)
+	}
+}
+
+func (c countingTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	c.count(query)
+	return c.Tx.Exec(ctx, query, args...)
+}
+
+func (c countingTx) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	c.count(query)
+	return c.Tx.QueryRow(ctx, query, args...)
+}
+
+func (c countingTx) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	c.count(query)
+	return c.Tx.Query(ctx, query, args...)
+}
+
+// deliverTogether hands each of ids to h at once, and returns what each call returned once all have.
+func deliverTogether(h message.HandlerFunc, ids []string) (map[string][]*message.Message, map[string]error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	outs, errs := map[string][]*message.Message{}, map[string]error{}
+	for _, id := range ids {
+		wg.Add(1)
 		go func() {
-			outs[k], errs[k] = h(newMsg(id))
-			done <- struct{}{}
+			defer wg.Done()
+			out, err := h(newMsg(id))
+			mu.Lock()
+			defer mu.Unlock()
+			outs[id], errs[id] = out, err
 		}()
 	}
-	for range ids {
-		<-done
-	}
-	begun := pool.Begun.Load() - before
-	close(release)
-	require.NoError(t, <-blocker)
+	wg.Wait()
+	return outs, errs
+}
 
-	for k, id := range ids {
-		require.NoError(t, errs[k], id)
-		require.Len(t, outs[k], 1, "%s's produced message goes out again", id)
-		require.Equal(t, first[id], outs[k][0].UUID, id)
+// A batch of new messages claims them all in one INSERT, after one read of the rows already there.
+func TestBatch_ClaimsItsNewMessagesInOneInsert(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	pool := &countingPool{BeginCounter: inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}, prefix: "INSERT INTO `" + b.table + "` "}
+	const n = 16
+	ib := batchInbox(t, b, pool, n)
+	var calls atomic.Int64
+	h, release, held := holdTurn(t, ib, "blocker", b.credit(1, &calls), false)
+	claims := pool.n.Load()
+	_, errs := deliverTogether(h, inboxtest.EventIDs("evt", n))
+	claims = pool.n.Load() - claims
+	release()
+	require.NoError(t, (<-held).err)
+	for id, err := range errs {
+		require.NoError(t, err, id)
 	}
-	require.EqualValues(t, n+1, calls.Load(), "no copy's handler runs")
-	require.EqualValues(t, 1, begun, "the copies cost the batch's transaction only")
-	require.Equal(t, n+1, b.balance(t))
+	require.EqualValues(t, 1, claims, "the batch's claim statements")
+	require.EqualValues(t, n, calls.Load())
+	require.Equal(t, n, b.balance(t))
+	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
+}
+
+// A copy of a message that another instance of the consumer is applying meets the batch's INSERT, which waits for
+// that claim and fails when it commits: the batch then claims its IDs one by one, and the copy ends with the
+// batch, its handler not run.
+func TestBatch_AClaimThatMeetsACopyCommittingBesideItClaimsOneByOne(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
+	const n = 8
+	ib := batchInbox(t, b, pool, n)
+	other, err := mysqlinbox.New(b.db, b.options()...) // another instance of the consumer, per message
+	require.NoError(t, err)
+	var calls atomic.Int64
+	_, releaseOther, applied := holdTurn(t, other, "evt-0", b.producing(&calls), true)
+	h, release, held := holdTurn(t, ib, "blocker", b.producing(&calls), false)
+
+	ids := inboxtest.EventIDs("evt", n)
+	begun := pool.Begun.Load()
+	var outs map[string][]*message.Message
+	var errs map[string]error
+	delivered := make(chan struct{})
+	go func() {
+		outs, errs = deliverTogether(h, ids)
+		close(delivered)
+	}()
+	// InnoDB refreshes what information_schema.innodb_trx shows only once it has gone 0.1 s unread: a faster poll
+	// would read the same stale rows for good.
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := b.db.QueryRow(`SELECT COUNT(*) FROM information_schema.innodb_trx
+			WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?`, "INSERT INTO `"+b.table+"` %").Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 10*time.Second, 200*time.Millisecond, "the batch's INSERT waits for the claim of evt-0")
+	releaseOther()
+	first := <-applied
+	require.NoError(t, first.err)
+	<-delivered
+	begun = pool.Begun.Load() - begun
+	release()
+	require.NoError(t, (<-held).err)
+
+	for _, id := range ids {
+		require.NoError(t, errs[id], id)
+		require.Len(t, outs[id], 1, id)
+	}
+	require.Len(t, first.out, 1)
+	require.Equal(t, first.out[0].UUID, outs["evt-0"][0].UUID, "the copy returns what its first application produced")
+	require.EqualValues(t, n, calls.Load(), "evt-0's handler ran once, in the other instance")
+	require.EqualValues(t, 1, begun, "the batch's transaction only: no message went alone")
+	require.Equal(t, n, b.balance(t))
 	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
 }

@@ -155,10 +155,68 @@ func (*mysqlDialect) Savepoint(ctx context.Context, tx driver.Executor, step dia
 	return err
 }
 
-// ClaimBatch claims the IDs one statement each, in their sorted order: MySQL has no RETURNING to tell which rows
-// of a multi-row INSERT IGNORE were new. A batch still saves every commit but one. A duplicate key fails only its
-// own statement in InnoDB, not the transaction.
+// ClaimBatch claims the IDs, sorted, in two statements (queries.existing and queries.claimRows give their shapes):
+// a read of the rows that are there, then one INSERT of the rest. MySQL has no RETURNING to tell which rows of a
+// multi-row INSERT IGNORE were new, and IGNORE would also store an ID too long for its column cut short. An ID
+// whose copy commits, or begins, between the two makes the INSERT fail whole (InnoDB undoes just the failed
+// statement); the IDs then go one statement each, as a claim of one ID always does.
 func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dialect.ClaimBatchParams) ([]string, error) {
+	q := m.sql(p.Table)
+	if len(p.IDs) == 1 {
+		return m.claimEach(ctx, tx, p)
+	}
+	there, err := m.existing(ctx, tx, q, p.Consumer, p.IDs)
+	if err != nil {
+		return nil, err
+	}
+	fresh := make([]string, 0, len(p.IDs)-len(there))
+	args := make([]any, 0, 3*cap(fresh))
+	for _, id := range p.IDs {
+		if !there[id] {
+			fresh = append(fresh, id)
+			args = append(args, p.Consumer, id, p.State)
+		}
+	}
+	if len(fresh) == 0 {
+		return fresh, nil
+	}
+	_, err = tx.Exec(ctx, q.claimRows(len(fresh)), args...)
+	if errNumber(err) == erDupEntry {
+		p.IDs = fresh
+		return m.claimEach(ctx, tx, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return fresh, nil
+}
+
+// existing returns which of ids have a committed row of consumer.
+func (m *mysqlDialect) existing(ctx context.Context, tx driver.Executor, q *queries, consumer string, ids []string) (map[string]bool, error) {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, consumer)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := tx.Query(ctx, q.existing(len(ids)), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	there := map[string]bool{}
+	for rows.Next() {
+		var id []byte
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		there[string(id)] = true
+	}
+	return there, rows.Err()
+}
+
+// claimEach claims the IDs one statement each, in their order. A duplicate key fails only its own statement in
+// InnoDB, not the transaction.
+func (m *mysqlDialect) claimEach(ctx context.Context, tx driver.Executor, p dialect.ClaimBatchParams) ([]string, error) {
 	claimed := make([]string, 0, len(p.IDs))
 	for _, id := range p.IDs {
 		ok, err := m.Claim(ctx, tx, dialect.ClaimParams{Table: p.Table, Consumer: p.Consumer, ID: id, State: p.State})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
@@ -114,6 +115,17 @@ func (b *testBundle) credit(amount int, calls *atomic.Int64) message.HandlerFunc
 		}
 		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + ? WHERE id = 1`, amount)
 		return nil, err
+	}
+}
+
+// producing is credit that also produces one message, so that a copy's return can be told from its first run's.
+func (b *testBundle) producing(calls *atomic.Int64) message.HandlerFunc {
+	credit := b.credit(1, calls)
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
 	}
 }
 

@@ -19,8 +19,12 @@ type queries struct {
 	readRow      string
 	saveProduced string
 	takeOver     string
-	readMany     string   // readRows' text up to its list of IDs
-	reads        sync.Map // count of IDs -> readRows' text
+	readMany     string // readRows' text up to its list of IDs, and the texts by count of IDs
+	reads        sync.Map
+	existingMany string // existing's, the same way
+	existings    sync.Map
+	claimMany    string // claimRows', up to its rows
+	claims       sync.Map
 
 	leaseRead     string
 	leaseInsert   string
@@ -53,13 +57,30 @@ type queries struct {
 	lockFree       string
 }
 
-// readRows is readMany for n IDs, built once per count.
+// readRows, existing and claimRows are their statements for n IDs, each text built once per count.
 func (q *queries) readRows(n int) string {
-	if text, ok := q.reads.Load(n); ok {
+	return forCount(&q.reads, n, func() string { return q.readMany + marks(n, "?") + ") LOCK IN SHARE MODE" })
+}
+
+func (q *queries) existing(n int) string {
+	return forCount(&q.existings, n, func() string { return q.existingMany + marks(n, "?") + ")" })
+}
+
+func (q *queries) claimRows(n int) string {
+	return forCount(&q.claims, n, func() string { return q.claimMany + marks(n, "(?, ?, ?, UTC_TIMESTAMP(6))") })
+}
+
+func forCount(texts *sync.Map, n int, build func() string) string {
+	if text, ok := texts.Load(n); ok {
 		return text.(string)
 	}
-	text, _ := q.reads.LoadOrStore(n, q.readMany+strings.TrimSuffix(strings.Repeat("?, ", n), ", ")+") LOCK IN SHARE MODE")
+	text, _ := texts.LoadOrStore(n, build())
 	return text.(string)
+}
+
+// marks is n copies of mark, separated by commas.
+func marks(n int, mark string) string {
+	return strings.TrimSuffix(strings.Repeat(mark+", ", n), ", ")
 }
 
 func newQueries(table string) *queries {
@@ -94,6 +115,17 @@ func newQueries(table string) *queries {
 		readMany: q(`SELECT i.message_id, i.state, p.produced FROM {table} i FORCE INDEX (PRIMARY)
 			LEFT JOIN {produced} p ON p.consumer = i.consumer AND p.message_id = i.message_id
 			WHERE i.consumer = ? AND i.message_id IN (`),
+
+		// A batch's claim (ClaimBatch): existing reads which of its IDs have a committed row, claimMany inserts the
+		// rest in one statement, in the IDs' sorted order, so that batches sharing IDs lock them in one order.
+		// existing is a plain read and takes no lock: a locking read of an ID without a row would lock the gap
+		// before it under REPEATABLE READ, and two batches that each read a gap the other then inserts into
+		// deadlock. What it misses, an uncommitted claim of an ID or one that commits after it, the INSERT meets:
+		// it waits for that claim, and fails with a duplicate key if it commits. FORCE INDEX keeps the read to the
+		// IDs' entries under SERIALIZABLE too, where InnoDB makes it a locking one. Under REPEATABLE READ it takes
+		// the transaction's snapshot, so the batch's handlers read the database as of their claim.
+		existingMany: q(`SELECT message_id FROM {table} FORCE INDEX (PRIMARY) WHERE consumer = ? AND message_id IN (`),
+		claimMany:    q(`INSERT INTO {table} (consumer, message_id, state, processed_at) VALUES `),
 
 		saveProduced: q(`INSERT INTO {produced} (consumer, message_id, produced) VALUES (?, ?, ?)`),
 
