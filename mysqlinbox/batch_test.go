@@ -2,6 +2,7 @@ package mysqlinbox_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,4 +238,46 @@ func TestBatch_AClaimThatMeetsACopyCommittingBesideItClaimsOneByOne(t *testing.T
 	require.EqualValues(t, 1, begun, "the batch's transaction only: no message went alone")
 	require.Equal(t, n, b.balance(t))
 	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
+}
+
+// Two instances of a consumer in batch mode take three copies of each message at once: the copies race between
+// batches of both, through their reads, their INSERTs and the claims one by one after an INSERT that met a copy.
+// Each message is applied once, to an account of its own.
+func TestBatch_CopiesRacingThroughTwoInstancesApplyOnce(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	const n = 150
+	for k := 2; k <= n+1; k++ {
+		_, err := b.db.Exec(`INSERT INTO `+b.accounts+` VALUES (?, 0)`, k)
+		require.NoError(t, err)
+	}
+	var calls atomic.Int64
+	credit := func(msg *message.Message) ([]*message.Message, error) {
+		calls.Add(1)
+		var k int
+		if _, err := fmt.Sscanf(msg.Metadata.Get(inbox.DefaultIDMetadataKey), "evt-%d", &k); err != nil {
+			return nil, err
+		}
+		tx, _ := inbox.TxFromContext(msg.Context())
+		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = ?`, k+2)
+		return nil, err
+	}
+	var instances [2]message.HandlerFunc
+	for k := range instances {
+		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithBatch(time.Millisecond, 16))...)
+		require.NoError(t, err)
+		instances[k] = ib.Middleware(credit)
+	}
+	var turn atomic.Int64
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		return instances[turn.Add(1)%2](msg)
+	}
+	require.Empty(t, inboxtest.DeliverCopies(t, h, inboxtest.EventIDs("evt", n), 3))
+	var total, credited int
+	require.NoError(t, b.db.QueryRow(`SELECT COALESCE(SUM(balance), 0), COUNT(*) FROM `+b.accounts+
+		` WHERE id > 1 AND balance > 0`).Scan(&total, &credited))
+	require.Equal(t, n, total, "every message applied once")
+	require.Equal(t, n, credited, "each to its own account")
+	require.Equal(t, n, b.rows(t, "wallet-credits"))
+	require.LessOrEqual(t, calls.Load(), int64(3*n))
 }
