@@ -3,9 +3,11 @@ package mysqlinbox
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,7 +96,7 @@ func (*mysqlDialect) ConsumerID(context.Context, driver.Pool, string, string) (i
 }
 
 func (m *mysqlDialect) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	_, err := tx.Exec(ctx, m.sql(p.Table).claim, p.Consumer, p.ID, p.State)
+	_, err := tx.Exec(ctx, literal(m.sql(p.Table).claim, p.Consumer, p.ID, p.State))
 	if errNumber(err) == erDupEntry {
 		return false, nil
 	}
@@ -102,7 +104,7 @@ func (m *mysqlDialect) Claim(ctx context.Context, tx driver.Executor, p dialect.
 }
 
 func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
-	err = q.QueryRow(ctx, m.sql(p.Table).readRow, p.Consumer, p.ID).Scan(&state, &produced)
+	err = q.QueryRow(ctx, literal(m.sql(p.Table).readRow, p.Consumer, p.ID)).Scan(&state, &produced)
 	return state, produced, err
 }
 
@@ -110,12 +112,7 @@ func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect
 // claim found rows there already reads them all in one round trip, so that its copies of applied messages end
 // with it instead of each in a transaction of its own.
 func (m *mysqlDialect) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
-	args := make([]any, 0, len(p.IDs)+1)
-	args = append(args, p.Consumer)
-	for _, id := range p.IDs {
-		args = append(args, id)
-	}
-	rows, err := q.Query(ctx, m.sql(p.Table).readRows(len(p.IDs)), args...)
+	rows, err := q.Query(ctx, literal(m.sql(p.Table).readRows(len(p.IDs)), append([]string{p.Consumer}, p.IDs...)...))
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +167,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 		return nil, err
 	}
 	fresh := make([]string, 0, len(p.IDs)-len(there))
-	args := make([]any, 0, 3*cap(fresh))
+	args := make([]string, 0, 3*cap(fresh))
 	for _, id := range p.IDs {
 		if !there[id] {
 			fresh = append(fresh, id)
@@ -180,7 +177,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 	if len(fresh) == 0 {
 		return fresh, nil
 	}
-	_, err = tx.Exec(ctx, q.claimRows(len(fresh)), args...)
+	_, err = tx.Exec(ctx, literal(q.claimRows(len(fresh)), args...))
 	if errNumber(err) == erDupEntry {
 		p.IDs = fresh
 		return m.claimEach(ctx, tx, p)
@@ -193,12 +190,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 
 // existing returns which of ids have a committed row of consumer.
 func (m *mysqlDialect) existing(ctx context.Context, tx driver.Executor, q *queries, consumer string, ids []string) (map[string]bool, error) {
-	args := make([]any, 0, len(ids)+1)
-	args = append(args, consumer)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	rows, err := tx.Query(ctx, q.existing(len(ids)), args...)
+	rows, err := tx.Query(ctx, literal(q.existing(len(ids)), append([]string{consumer}, ids...)...))
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +223,7 @@ func (m *mysqlDialect) claimEach(ctx context.Context, tx driver.Executor, p dial
 }
 
 func (m *mysqlDialect) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
-	_, err := tx.Exec(ctx, m.sql(p.Table).forgetRow, p.Consumer, p.ID)
+	_, err := tx.Exec(ctx, literal(m.sql(p.Table).forgetRow, p.Consumer, p.ID))
 	return err
 }
 
@@ -420,4 +412,25 @@ func lockName(table string) string {
 	h := fnv.New64a()
 	h.Write([]byte(table))
 	return fmt.Sprintf("watermill-inbox:migrate:%016x", h.Sum64())
+}
+
+// literal writes args into query in place of its ?s, in order, each as a hex literal. The inbox's hot statements
+// (the claims, the reads of a claimed row, the unclaim) so go as text, in one round trip, where go-sql-driver would
+// prepare the statement, run it and close it, two, unless the DSN sets interpolateParams; the server parses the
+// text once either way. A hex literal is a binary string of exactly its value's bytes, whatever the connection's
+// character set and sql_mode: what the VARBINARY columns compare, and what an ASCII column takes as the text.
+// query holds no ? other than its placeholders.
+func literal(query string, args ...string) string {
+	var b strings.Builder
+	b.Grow(len(query) + 16*len(args))
+	for _, arg := range args {
+		k := strings.IndexByte(query, '?')
+		b.WriteString(query[:k])
+		b.WriteString("X'")
+		b.WriteString(hex.EncodeToString([]byte(arg)))
+		b.WriteByte('\'')
+		query = query[k+1:]
+	}
+	b.WriteString(query)
+	return b.String()
 }

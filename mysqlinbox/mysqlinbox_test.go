@@ -2,6 +2,7 @@ package mysqlinbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -574,4 +575,38 @@ func TestClassifyNamesTheErrorsTheInboxBranchesOn(t *testing.T) {
 	}
 	require.Equal(t, dialect.ValueRefused, mysqlinbox.Dialect.Classify(mysql.ErrPktTooLarge))
 	require.True(t, mysqlinbox.Dialect.Classify(&mysql.MySQLError{Number: 1213}).Retryable())
+}
+
+// The inbox's claim, and the read of a duplicate's row, go as text: the server prepares none of them (over
+// go-sql-driver a statement with arguments is prepared, run and closed, a round trip more). The session's
+// Com_stmt_prepare, read in the handlers on the pool's one connection, does not move from one message to the next
+// while a new message, a duplicate and another new message are claimed.
+func TestTheInboxsClaimAndADuplicatesReadAreNotPrepared(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	db, err := sql.Open("mysql", testDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1)
+	ib, err := mysqlinbox.New(db, b.options()...)
+	require.NoError(t, err)
+	var prepared []int
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		tx, _ := inbox.TxFromContext(msg.Context())
+		var name string
+		var n int
+		if err := tx.QueryRowContext(msg.Context(), `SHOW SESSION STATUS LIKE 'Com_stmt_prepare'`).Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		prepared = append(prepared, n)
+		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = 1`)
+		return nil, err
+	})
+	for _, id := range []string{"evt-1", "evt-2", "evt-1", "evt-3"} {
+		_, err := h(newMsg(id))
+		require.NoError(t, err, id)
+	}
+	require.Len(t, prepared, 3, "the copy of evt-1 does not run")
+	require.Equal(t, prepared[0], prepared[2], "statements prepared between evt-1's handler and evt-3's")
+	require.Equal(t, 3, b.balance(t))
 }
