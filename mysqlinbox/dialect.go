@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -112,7 +113,7 @@ func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect
 // claim found rows there already reads them all in one round trip, so that its copies of applied messages end
 // with it instead of each in a transaction of its own.
 func (m *mysqlDialect) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
-	rows, err := q.Query(ctx, literal(m.sql(p.Table).readRows(len(p.IDs)), append([]string{p.Consumer}, p.IDs...)...))
+	rows, err := q.Query(ctx, literal(m.sql(p.Table).readRows(len(p.IDs)), listed(p.Consumer, p.IDs)...))
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 		return nil, err
 	}
 	fresh := make([]string, 0, len(p.IDs)-len(there))
-	args := make([]string, 0, 3*cap(fresh))
+	args := make([]any, 0, 3*cap(fresh))
 	for _, id := range p.IDs {
 		if !there[id] {
 			fresh = append(fresh, id)
@@ -190,7 +191,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 
 // existing returns which of ids have a committed row of consumer.
 func (m *mysqlDialect) existing(ctx context.Context, tx driver.Executor, q *queries, consumer string, ids []string) (map[string]bool, error) {
-	rows, err := tx.Query(ctx, literal(q.existing(len(ids)), append([]string{consumer}, ids...)...))
+	rows, err := tx.Query(ctx, literal(q.existing(len(ids)), listed(consumer, ids)...))
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +229,7 @@ func (m *mysqlDialect) Unclaim(ctx context.Context, tx driver.Executor, p dialec
 }
 
 func (m *mysqlDialect) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	n, err := tx.Exec(ctx, m.sql(p.Table).takeOver, p.State, p.Consumer, p.ID)
+	n, err := tx.Exec(ctx, literal(m.sql(p.Table).takeOver, p.State, p.Consumer, p.ID))
 	return n == 1, err
 }
 
@@ -242,9 +243,9 @@ func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dia
 		var c dialect.LeaseClaim
 		var expired bool
 		var remainingMS int64
-		err := tx.QueryRow(ctx, q.leaseRead, p.Consumer, p.ID).Scan(&c.State, &c.Attempt, &c.LastError, &expired, &remainingMS, &c.Produced)
+		err := tx.QueryRow(ctx, literal(q.leaseRead, p.Consumer, p.ID)).Scan(&c.State, &c.Attempt, &c.LastError, &expired, &remainingMS, &c.Produced)
 		if errors.Is(err, driver.ErrNoRows) {
-			_, err = tx.Exec(ctx, q.leaseInsert, p.Consumer, p.ID, p.Token, lease)
+			_, err = tx.Exec(ctx, literal(q.leaseInsert, p.Consumer, p.ID, p.Token, lease))
 			if errNumber(err) == erDupEntry && try == 0 {
 				continue
 			}
@@ -261,7 +262,7 @@ func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dia
 			c.Remaining = time.Duration(remainingMS) * time.Millisecond
 			return c, nil
 		}
-		if _, err := tx.Exec(ctx, q.leaseTake, p.Token, lease, p.Consumer, p.ID); err != nil {
+		if _, err := tx.Exec(ctx, literal(q.leaseTake, p.Token, lease, p.Consumer, p.ID)); err != nil {
 			return dialect.LeaseClaim{}, err
 		}
 		out := dialect.LeaseClaim{Claimed: true, Attempt: c.Attempt + 1, LastError: c.LastError, Takeover: c.State == "processing"}
@@ -275,11 +276,11 @@ func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dia
 func (m *mysqlDialect) ExtendLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
 	q := m.sql(p.Table)
 	ms, _ := p.Arg.(int64)
-	n, err := tx.Exec(ctx, q.leaseExtend, ms*1000, p.Consumer, p.ID, p.Token)
+	n, err := tx.Exec(ctx, literal(q.leaseExtend, ms*1000, p.Consumer, p.ID, p.Token))
 	if err != nil || n == 1 {
 		return n == 1, err
 	}
-	return exists(tx.QueryRow(ctx, q.leaseHeld, p.Consumer, p.ID, p.Token))
+	return exists(tx.QueryRow(ctx, literal(q.leaseHeld, p.Consumer, p.ID, p.Token)))
 }
 
 func (m *mysqlDialect) ReleaseLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
@@ -289,7 +290,7 @@ func (m *mysqlDialect) ReleaseLease(ctx context.Context, tx driver.Executor, p d
 
 func (m *mysqlDialect) CompleteLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
 	q := m.sql(p.Table)
-	n, err := tx.Exec(ctx, q.leaseComplete, p.Consumer, p.ID, p.Token)
+	n, err := tx.Exec(ctx, literal(q.leaseComplete, p.Consumer, p.ID, p.Token))
 	if err != nil || n != 1 {
 		return false, err
 	}
@@ -414,23 +415,42 @@ func lockName(table string) string {
 	return fmt.Sprintf("watermill-inbox:migrate:%016x", h.Sum64())
 }
 
-// literal writes args into query in place of its ?s, in order, each as a hex literal. The inbox's hot statements
-// (the claims, the reads of a claimed row, the unclaim) so go as text, in one round trip, where go-sql-driver would
-// prepare the statement, run it and close it, two, unless the DSN sets interpolateParams; the server parses the
-// text once either way. A hex literal is a binary string of exactly its value's bytes, whatever the connection's
-// character set and sql_mode: what the VARBINARY columns compare, and what an ASCII column takes as the text.
-// query holds no ? other than its placeholders.
-func literal(query string, args ...string) string {
+// literal writes args into query in place of its ?s, in order: strings and byte slices as hex literals, integers
+// in decimal. The inbox's hot statements (the claims, the reads of a claimed row, the unclaim, lease mode's claim,
+// extension and completion) so go as text, in one round trip, where go-sql-driver would prepare the statement, run
+// it and close it, two, unless the DSN sets interpolateParams; the server parses the text once either way. A hex
+// literal is a binary string of exactly its value's bytes, whatever the connection's character set and sql_mode:
+// what the VARBINARY columns compare, and what an ASCII column takes as the text. The statements whose values are
+// free text (an error's, in last_error) or may be large (produced messages) keep their arguments. query holds no ?
+// other than its placeholders.
+func literal(query string, args ...any) string {
 	var b strings.Builder
 	b.Grow(len(query) + 16*len(args))
 	for _, arg := range args {
 		k := strings.IndexByte(query, '?')
 		b.WriteString(query[:k])
-		b.WriteString("X'")
-		b.WriteString(hex.EncodeToString([]byte(arg)))
-		b.WriteByte('\'')
+		switch v := arg.(type) {
+		case string:
+			b.WriteString("X'")
+			b.WriteString(hex.EncodeToString([]byte(v)))
+			b.WriteByte('\'')
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		default:
+			panic(fmt.Sprintf("mysqlinbox: no literal for %T", arg))
+		}
 		query = query[k+1:]
 	}
 	b.WriteString(query)
 	return b.String()
+}
+
+// listed is first, then rest, as the arguments of a statement on one consumer's IDs.
+func listed(first string, rest []string) []any {
+	args := make([]any, 0, 1+len(rest))
+	args = append(args, first)
+	for _, id := range rest {
+		args = append(args, id)
+	}
+	return args
 }
