@@ -415,14 +415,14 @@ func lockName(table string) string {
 	return fmt.Sprintf("watermill-inbox:migrate:%016x", h.Sum64())
 }
 
-// literal writes args into query in place of its ?s, in order: strings and byte slices as hex literals, integers
-// in decimal. The inbox's hot statements (the claims, the reads of a claimed row, the unclaim, lease mode's claim,
-// extension and completion) so go as text, in one round trip, where go-sql-driver would prepare the statement, run
-// it and close it, two, unless the DSN sets interpolateParams; the server parses the text once either way. A hex
-// literal is a binary string of exactly its value's bytes, whatever the connection's character set and sql_mode:
-// what the VARBINARY columns compare, and what an ASCII column takes as the text. The statements whose values are
-// free text (an error's, in last_error) or may be large (produced messages) keep their arguments. query holds no ?
-// other than its placeholders.
+// literal writes args into query in place of its ?s, in order: strings as hex literals, int64s in decimal. The
+// inbox's hot statements (the claims, the reads of a claimed row, the unclaim, lease mode's claim, extension and
+// completion) so go as text, in one round trip, where go-sql-driver would prepare the statement, run it and close
+// it, two, unless the DSN sets interpolateParams; the server parses the text once either way. A hex literal is a
+// binary string of exactly its value's bytes, whatever the connection's character set and sql_mode: what the
+// VARBINARY columns compare, and what an ASCII column takes as the text. The statements whose values are free text
+// (an error's, in last_error) or may be large (produced messages) keep their arguments. query holds no ? other than
+// its placeholders.
 func literal(query string, args ...any) string {
 	var b strings.Builder
 	b.Grow(len(query) + 16*len(args))
