@@ -134,9 +134,10 @@ const DefaultBatchConcurrency = 1
 // outside the database, so that that work overlaps; a handler that holds the transaction while it calls out holds
 // up the whole batch. The batch commits when its last handler returns: a handler that works long delays the acks
 // of its batch, and after a bound the batches after it go on (see DefaultBatchConcurrency). A duplicate ends as
-// without batching, acked with the messages its first application produced; on PostgreSQL the batch's claim and
-// one statement in its transaction end every duplicate of the batch, with no transaction of its own. Messages
-// joined to watermill-sql's subscriber and lease mode run as without batching; lease mode refuses this option.
+// without batching, acked with the messages its first application produced; on PostgreSQL, MySQL and MariaDB the
+// batch's claim and one statement in its transaction end every duplicate of the batch, with no transaction of its
+// own. Messages joined to watermill-sql's subscriber and lease mode run as without batching; lease mode refuses
+// this option.
 func WithBatch(maxWait time.Duration, maxSize int) Option {
 	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
 }

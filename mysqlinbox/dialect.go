@@ -109,11 +109,11 @@ func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect
 	return state, produced, err
 }
 
-// ReadRows is ReadRow for many IDs in one statement (queries.readMany gives its shape): a batch whose
+// ReadRows is ReadRow for many IDs in one statement (queries.readOne gives its shape): a batch whose
 // claim found rows there already reads them all in one round trip, so that its copies of applied messages end
 // with it instead of each in a transaction of its own.
 func (m *mysqlDialect) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
-	rows, err := q.Query(ctx, literal(m.sql(p.Table).readRows(len(p.IDs)), listed(p.Consumer, p.IDs)...))
+	rows, err := q.Query(ctx, literal(m.sql(p.Table).readRows(len(p.IDs)), paired(p.Consumer, p.IDs)...))
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (*mysqlDialect) Savepoint(ctx context.Context, tx driver.Executor, step dia
 	return err
 }
 
-// ClaimBatch claims the IDs, sorted, in two statements (queries.existing and queries.claimRows give their shapes):
+// ClaimBatch claims the IDs, sorted, in two statements (queries.existingOne and claimMany give their shapes):
 // a read of the rows that are there, then one INSERT of the rest. MySQL has no RETURNING to tell which rows of a
 // multi-row INSERT IGNORE were new, and IGNORE would also store an ID too long for its column cut short. An ID
 // whose copy commits, or begins, between the two makes the INSERT fail whole (InnoDB undoes just the failed
@@ -191,7 +191,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 
 // existing returns which of ids have a committed row of consumer.
 func (m *mysqlDialect) existing(ctx context.Context, tx driver.Executor, q *queries, consumer string, ids []string) (map[string]bool, error) {
-	rows, err := tx.Query(ctx, literal(q.existing(len(ids)), listed(consumer, ids)...))
+	rows, err := tx.Query(ctx, literal(q.existing(len(ids)), paired(consumer, ids)...))
 	if err != nil {
 		return nil, err
 	}
@@ -445,12 +445,11 @@ func literal(query string, args ...any) string {
 	return b.String()
 }
 
-// listed is first, then rest, as the arguments of a statement on one consumer's IDs.
-func listed(first string, rest []string) []any {
-	args := make([]any, 0, 1+len(rest))
-	args = append(args, first)
-	for _, id := range rest {
-		args = append(args, id)
+// paired is consumer and each of ids in turn: the arguments of a statement with a lookup per ID.
+func paired(consumer string, ids []string) []any {
+	args := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		args = append(args, consumer, id)
 	}
 	return args
 }

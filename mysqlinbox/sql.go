@@ -19,9 +19,9 @@ type queries struct {
 	readRow      string
 	saveProduced string
 	takeOver     string
-	readMany     string // readRows' text up to its list of IDs, and the texts by count of IDs
+	readOne      string // readRows' part for one ID, and its texts by count of IDs
 	reads        sync.Map
-	existingMany string // existing's, the same way
+	existingOne  string // existing's, the same way
 	existings    sync.Map
 	claimMany    string // claimRows', up to its rows
 	claims       sync.Map
@@ -59,15 +59,15 @@ type queries struct {
 
 // readRows, existing and claimRows are their statements for n IDs, each text built once per count.
 func (q *queries) readRows(n int) string {
-	return forCount(&q.reads, n, func() string { return q.readMany + marks(n, "?") + ") LOCK IN SHARE MODE" })
+	return forCount(&q.reads, n, func() string { return repeated(n, q.readOne, " UNION ALL ") })
 }
 
 func (q *queries) existing(n int) string {
-	return forCount(&q.existings, n, func() string { return q.existingMany + marks(n, "?") + ")" })
+	return forCount(&q.existings, n, func() string { return repeated(n, q.existingOne, " UNION ALL ") })
 }
 
 func (q *queries) claimRows(n int) string {
-	return forCount(&q.claims, n, func() string { return q.claimMany + marks(n, "(?, ?, ?, UTC_TIMESTAMP(6))") })
+	return forCount(&q.claims, n, func() string { return q.claimMany + repeated(n, "(?, ?, ?, UTC_TIMESTAMP(6))", ", ") })
 }
 
 func forCount(texts *sync.Map, n int, build func() string) string {
@@ -78,9 +78,9 @@ func forCount(texts *sync.Map, n int, build func() string) string {
 	return text.(string)
 }
 
-// marks is n copies of mark, separated by commas.
-func marks(n int, mark string) string {
-	return strings.TrimSuffix(strings.Repeat(mark+", ", n), ", ")
+// repeated is n copies of part, separated by sep.
+func repeated(n int, part, sep string) string {
+	return strings.TrimSuffix(strings.Repeat(part+sep, n), sep)
 }
 
 func newQueries(table string) *queries {
@@ -108,24 +108,26 @@ func newQueries(table string) *queries {
 			LOCK IN SHARE MODE`),
 
 		// readRows: readRow for many IDs, in a batch's transaction after its claims, a locking read for readRow's
-		// reason. FORCE INDEX keeps it to the IDs' own entries of the primary key, which their failed claims hold
-		// shared locks on already: without it, on a small table, InnoDB read the IN list by scanning the
-		// consumer's rows, locking each, and waited up to innodb_lock_wait_timeout for the uncommitted claim of a
-		// message in flight beside the batch.
-		readMany: q(`SELECT i.message_id, i.state, p.produced FROM {table} i FORCE INDEX (PRIMARY)
+		// reason: one lookup of the primary key per ID, joined by UNION ALL, each locking only its ID's row, which
+		// its failed claim holds a shared lock on already. Not one IN list: for that InnoDB may scan the consumer's
+		// rows instead (it did on a small table, even with FORCE INDEX (PRIMARY), reading by the key's first
+		// column), locking each, and wait up to innodb_lock_wait_timeout for the uncommitted claim of a message in
+		// flight beside the batch.
+		readOne: q(`(SELECT i.message_id, i.state, p.produced FROM {table} i
 			LEFT JOIN {produced} p ON p.consumer = i.consumer AND p.message_id = i.message_id
-			WHERE i.consumer = ? AND i.message_id IN (`),
+			WHERE i.consumer = ? AND i.message_id = ? LOCK IN SHARE MODE)`),
 
 		// A batch's claim (ClaimBatch): existing reads which of its IDs have a committed row, claimMany inserts the
 		// rest in one statement, in the IDs' sorted order, so that batches sharing IDs lock them in one order.
 		// existing is a plain read and takes no lock: a locking read of an ID without a row would lock the gap
 		// before it under REPEATABLE READ, and two batches that each read a gap the other then inserts into
 		// deadlock. What it misses, an uncommitted claim of an ID or one that commits after it, the INSERT meets:
-		// it waits for that claim, and fails with a duplicate key if it commits. FORCE INDEX keeps the read to the
-		// IDs' entries under SERIALIZABLE too, where InnoDB makes it a locking one. Under REPEATABLE READ it takes
-		// the transaction's snapshot, so the batch's handlers read the database as of their claim.
-		existingMany: q(`SELECT message_id FROM {table} FORCE INDEX (PRIMARY) WHERE consumer = ? AND message_id IN (`),
-		claimMany:    q(`INSERT INTO {table} (consumer, message_id, state, processed_at) VALUES `),
+		// it waits for that claim, and fails with a duplicate key if it commits. It is one lookup per ID, as
+		// readRows is, so that under SERIALIZABLE, where InnoDB makes it a locking read, it locks no other row of
+		// the consumer. Under REPEATABLE READ it takes the transaction's snapshot, so the batch's handlers read the
+		// database as of their claim.
+		existingOne: q(`(SELECT message_id FROM {table} WHERE consumer = ? AND message_id = ?)`),
+		claimMany:   q(`INSERT INTO {table} (consumer, message_id, state, processed_at) VALUES `),
 
 		saveProduced: q(`INSERT INTO {produced} (consumer, message_id, produced) VALUES (?, ?, ?)`),
 
