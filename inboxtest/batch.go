@@ -280,22 +280,9 @@ func batchCopies(t *testing.T, conn Conn) {
 	}
 
 	ids := append(slices.Clone(applied), EventIDs("new", 6)...)
-	var mu sync.Mutex
-	got := map[string][]*message.Message{}
-	var wg sync.WaitGroup
+	got, errs := DeliverTogether(h, ids)
 	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := h(newMsg(id))
-			assert.NoError(t, err, id)
-			mu.Lock()
-			got[id] = out
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	for _, id := range ids {
+		require.NoError(t, errs[id], id)
 		require.Len(t, got[id], 1, "%s returns one produced message", id)
 		if uuid, ok := first[id]; ok {
 			require.Equal(t, uuid, got[id][0].UUID, "%s, a copy, returns what its first application produced", id)

@@ -51,6 +51,26 @@ func DeliverCopies(t testing.TB, h message.HandlerFunc, ids []string, copies int
 	return unexpected
 }
 
+// DeliverTogether hands one copy of each of ids to h at once, each from a goroutine of its own, and returns, by ID,
+// what each call returned once all have.
+func DeliverTogether(h message.HandlerFunc, ids []string) (map[string][]*message.Message, map[string]error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	outs, errs := map[string][]*message.Message{}, map[string]error{}
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := h(NewMessage(id))
+			mu.Lock()
+			defer mu.Unlock()
+			outs[id], errs[id] = out, err
+		}()
+	}
+	wg.Wait()
+	return outs, errs
+}
+
 // EventIDs returns n event IDs with prefix.
 func EventIDs(prefix string, n int) []string {
 	ids := make([]string, n)

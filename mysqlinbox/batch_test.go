@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,7 +57,7 @@ func copiesBesideAMessageInFlight(t *testing.T, isolation string, n int) {
 
 	h, release, held := holdTurn(t, ib, "blocker", b.producing(&calls), false)
 	before := pool.Begun.Load()
-	outs, errs := deliverTogether(h, ids)
+	outs, errs := inboxtest.DeliverTogether(h, ids)
 	begun := pool.Begun.Load() - before
 	release()
 	require.NoError(t, (<-held).err)
@@ -164,25 +163,6 @@ func (c countingTx) Query(ctx context.Context, query string, args ...any) (drive
 	return c.Tx.Query(ctx, query, args...)
 }
 
-// deliverTogether hands each of ids to h at once, and returns what each call returned once all have.
-func deliverTogether(h message.HandlerFunc, ids []string) (map[string][]*message.Message, map[string]error) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	outs, errs := map[string][]*message.Message{}, map[string]error{}
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := h(newMsg(id))
-			mu.Lock()
-			defer mu.Unlock()
-			outs[id], errs[id] = out, err
-		}()
-	}
-	wg.Wait()
-	return outs, errs
-}
-
 // A batch of new messages claims them all in one INSERT, after one read of the rows already there.
 func TestBatch_ClaimsItsNewMessagesInOneInsert(t *testing.T) {
 	t.Parallel()
@@ -193,7 +173,7 @@ func TestBatch_ClaimsItsNewMessagesInOneInsert(t *testing.T) {
 	var calls atomic.Int64
 	h, release, held := holdTurn(t, ib, "blocker", b.credit(1, &calls), false)
 	claims := pool.n.Load()
-	_, errs := deliverTogether(h, inboxtest.EventIDs("evt", n))
+	_, errs := inboxtest.DeliverTogether(h, inboxtest.EventIDs("evt", n))
 	claims = pool.n.Load() - claims
 	release()
 	require.NoError(t, (<-held).err)
@@ -227,7 +207,7 @@ func TestBatch_AClaimThatMeetsACopyCommittingBesideItClaimsOneByOne(t *testing.T
 	var errs map[string]error
 	delivered := make(chan struct{})
 	go func() {
-		outs, errs = deliverTogether(h, ids)
+		outs, errs = inboxtest.DeliverTogether(h, ids)
 		close(delivered)
 	}()
 	// InnoDB refreshes what information_schema.innodb_trx shows only once it has gone 0.1 s unread: a faster poll
