@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,15 +275,22 @@ func TestSQLv4Join(t *testing.T) {
 					<-release // a long call, still running when the subscriber ends its transaction
 					return nil
 				})
+				var releaseOnce sync.Once
+				unblock := func() { releaseOnce.Do(func() { close(release) }) }
+				t.Cleanup(unblock) // a failure below must not leave the handler, and the router's close, waiting
 				done := make(chan error, 1)
 				go func() { done <- first.Run(context.Background()) }()
 				<-first.Running()
 				publishV4(t, b, topic, newMsg("evt-1"))
-				<-started
+				select {
+				case <-started:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the subscriber did not deliver the message within 30 s")
+				}
 				closed := make(chan error, 1)
 				go func() { closed <- first.Close() }()
 				require.Eventually(t, func() bool { return subscriberTxEnded(t, b) }, 10*time.Second, 20*time.Millisecond)
-				close(release)
+				unblock()
 				require.NoError(t, <-closed)
 				require.NoError(t, <-done)
 				require.Equal(t, 0, b.balance(t), "the half-run handler's write must not be committed")
