@@ -227,7 +227,16 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 		require.NoError(t, err)
 	}
 
-	// A message that holds the consumer's turn, so that the copies queue and form batches of n.
+	// A message that holds the consumer's turn, so that the copies queue and form batches of n. A failure below
+	// still lets it go, so that its open transaction holds up neither the cleanup nor other tests.
+	released := false
+	unblock := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	defer unblock()
 	blocker := make(chan error, 1)
 	go func() { _, err := h(newMsg("blocker")); blocker <- err }()
 	<-blocking
@@ -236,7 +245,7 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 	trips.reset()
 	require.Empty(t, inboxtest.DeliverCopies(t, h, ids[n:], 1))
 	got := trips.trips.Load()
-	close(release)
+	unblock()
 	require.NoError(t, <-blocker)
 
 	require.EqualValues(t, 2*n, calls.Load(), "no copy's handler ran")
