@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // insertAged inserts n rows of consumer in state (spelled out, as the view shows it), their processed_at age ago,
@@ -260,12 +261,13 @@ func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
 	b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
 	ctx := context.Background()
 
-	inFirstBatch, release := make(chan struct{}), make(chan struct{})
+	inFirstBatch := make(chan struct{})
+	gate, release := inboxtest.Gate(t)
 	first := make(chan error, 1)
 	go func() {
 		var once sync.Once
 		_, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
-			once.Do(func() { close(inFirstBatch); <-release })
+			once.Do(func() { close(inFirstBatch); <-gate })
 		}}, inbox.WithTable(b.table))
 		first <- err
 	}()
@@ -276,7 +278,7 @@ func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
 	require.True(t, second.Skipped, "the lock is held by the first cleanup")
 	require.Zero(t, second.Deleted)
 
-	close(release)
+	release()
 	require.NoError(t, <-first)
 	third, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // leaseRow is an inbox row as lease mode leaves it.
@@ -126,12 +127,13 @@ func TestLease_Claim(t *testing.T) {
 		t.Parallel()
 		const lease = 600 * time.Millisecond
 		ib, b := setup(t, inbox.WithLease(lease))
-		holding, release := make(chan struct{}), make(chan struct{})
+		holding := make(chan struct{})
+		gate, release := inboxtest.Gate(t)
 		var calls atomic.Int64
 		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			if calls.Add(1) == 1 {
 				close(holding)
-				<-release
+				<-gate
 			}
 			return nil, nil
 		})
@@ -146,7 +148,7 @@ func TestLease_Claim(t *testing.T) {
 		require.EqualValues(t, 1, calls.Load())
 		require.GreaterOrEqual(t, waited, 100*time.Millisecond, "the nack waits: no hot loop")
 		require.Less(t, waited, 2*time.Second, "and the wait is bounded: the copy looks again soon")
-		close(release)
+		release()
 		require.NoError(t, <-first)
 		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
 	})
@@ -277,7 +279,8 @@ func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {
 func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
 	t.Parallel()
 	ib, b := setup(t, inbox.WithLease(300*time.Millisecond))
-	extended, release := make(chan struct{}), make(chan struct{})
+	extended := make(chan struct{})
+	gate, release := inboxtest.Gate(t)
 	var calls atomic.Int64
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if calls.Add(1) > 1 {
@@ -287,7 +290,7 @@ func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
 			return nil, err
 		}
 		close(extended)
-		<-release
+		<-gate
 		return nil, nil
 	})
 	first := make(chan error, 1)
@@ -297,7 +300,7 @@ func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
 	require.True(t, b.leaseRow(t, "evt-1").live)
 	_, err := h(newMsg("evt-1"))
 	require.ErrorIs(t, err, inbox.ErrLeaseHeld, "the extended lease is still the first holder's")
-	close(release)
+	release()
 	require.NoError(t, <-first)
 	require.EqualValues(t, 1, calls.Load())
 }
@@ -507,12 +510,13 @@ func TestLease_ATransactionModeCopyWaitsForALeaseModeHolderOfTheSameTable(t *tes
 	leased, b := setup(t, inbox.WithLease(time.Minute))
 	transactional, err := inbox.New(b.db, b.opts[:3]...) // the same table and consumer, without WithLease
 	require.NoError(t, err)
-	holding, release := make(chan struct{}), make(chan struct{})
+	holding := make(chan struct{})
+	gate, release := inboxtest.Gate(t)
 	first := make(chan error, 1)
 	go func() {
 		_, err := leased.Middleware(func(*message.Message) ([]*message.Message, error) {
 			close(holding)
-			<-release
+			<-gate
 			return nil, nil
 		})(newMsg("evt-1"))
 		first <- err
@@ -523,7 +527,7 @@ func TestLease_ATransactionModeCopyWaitsForALeaseModeHolderOfTheSameTable(t *tes
 	h := transactional.Middleware(b.credit(100, &calls))
 	_, err = h(newMsg("evt-1"))
 	require.ErrorIs(t, err, inbox.ErrLeaseHeld, "an unfinished lease-mode row is not a duplicate")
-	close(release)
+	release()
 	require.NoError(t, <-first)
 	_, err = h(newMsg("evt-1"))
 	require.NoError(t, err)

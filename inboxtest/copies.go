@@ -121,3 +121,16 @@ func (c *BeginCounter) Begin(ctx context.Context, opts driver.TxOptions) (driver
 	c.Begun.Add(1)
 	return c.Pool.Begin(ctx, opts)
 }
+
+// Gate returns a channel that a held handler waits on, and a function that closes it, once however often it is
+// called. The function is also a cleanup of t: a failed assertion before the test lets the handler go must not
+// leave it waiting for good, with what it holds (a transaction, a row lock, a pool connection), since the test's
+// own cleanups (DROP TABLE, closing a pgx pool) would wait for that, and an open transaction holds back the
+// database's oldest snapshot for every other test.
+func Gate(t testing.TB) (gate <-chan struct{}, release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	return ch, release
+}

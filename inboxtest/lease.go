@@ -89,7 +89,8 @@ func leaseExhausted(t *testing.T, conn Conn) {
 
 func leaseTakeover(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
-	holding, release := make(chan struct{}), make(chan struct{})
+	holding := make(chan struct{})
+	gate, release := Gate(t)
 	var calls atomic.Int64
 	attempts := make([]int, 2)
 	h := b.inbox(t, inbox.WithLease(time.Hour)).Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -99,7 +100,7 @@ func leaseTakeover(t *testing.T, conn Conn) {
 		}
 		if n == 1 { // the first holder hangs past its lease
 			close(holding)
-			<-release
+			<-gate
 		}
 		return nil, nil
 	})
@@ -121,7 +122,7 @@ func leaseTakeover(t *testing.T, conn Conn) {
 	require.Equal(t, "done", state)
 	require.EqualValues(t, 2, stored)
 
-	close(release)
+	release()
 	require.ErrorIs(t, <-first, inbox.ErrLeaseLost, "the late holder's completion is fenced off")
 	require.Equal(t, []int{1, 2}, attempts)
 	state, stored = b.row(t, "evt-1")

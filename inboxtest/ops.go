@@ -98,7 +98,8 @@ func cleanupConcurrentIsSkipped(t *testing.T, conn Conn) {
 	ctx := context.Background()
 	db := conn.Database()
 
-	inFirstBatch, release := make(chan struct{}), make(chan struct{})
+	inFirstBatch := make(chan struct{})
+	gate, release := Gate(t)
 	type result struct {
 		res inbox.CleanupResult
 		err error
@@ -107,7 +108,7 @@ func cleanupConcurrentIsSkipped(t *testing.T, conn Conn) {
 	go func() {
 		var once sync.Once
 		res, err := db.Cleanup(ctx, inbox.CleanupParams{BatchSize: 1, Progress: func(inbox.CleanupProgress) {
-			once.Do(func() { close(inFirstBatch); <-release })
+			once.Do(func() { close(inFirstBatch); <-gate })
 		}}, inbox.WithTable(b.table))
 		first <- result{res, err}
 	}()
@@ -119,7 +120,7 @@ func cleanupConcurrentIsSkipped(t *testing.T, conn Conn) {
 	require.Zero(t, second.Deleted)
 	require.EqualValues(t, 2, b.rows(t), "the skipped round deleted nothing")
 
-	close(release)
+	release()
 	r := <-first
 	require.NoError(t, r.err)
 	require.False(t, r.res.Skipped)

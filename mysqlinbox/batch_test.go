@@ -96,7 +96,8 @@ type heldResult struct {
 // returned.
 func holdTurn(t *testing.T, ib *inbox.Inbox, id string, next message.HandlerFunc, runs bool) (h message.HandlerFunc, release func(), held <-chan heldResult) {
 	t.Helper()
-	blocking, released := make(chan struct{}), make(chan struct{})
+	blocking := make(chan struct{})
+	released, release := inboxtest.Gate(t)
 	h = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) != id {
 			return next(msg)
@@ -122,7 +123,7 @@ func holdTurn(t *testing.T, ib *inbox.Inbox, id string, next message.HandlerFunc
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s was not held within 10s", id)
 	}
-	return h, func() { close(released) }, result
+	return h, release, result
 }
 
 // countingPool counts, beside the transactions begun on it, the statements of theirs that start with prefix.

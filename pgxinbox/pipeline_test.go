@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -29,20 +30,18 @@ import (
 // run a batch of 32 or more before: such an inbox fills a batch at half the messages it saw in flight, and the
 // members left over from halves would wait out the long wait. It returns each member's error by ID.
 //
-// When not every handler starts, the blocker is released before the test fails: its open transaction would
+// When not every handler starts, the test fails and the blocker goes (inboxtest.Gate): its open transaction would
 // otherwise hold the test's cleanup (DROP TABLE waits for it) and, through the database's oldest snapshot, every
-// other test whose subscriber waits for older transactions to end.
+// other test whose watermill-sql subscriber waits for older transactions to end.
 func oneBatch(t *testing.T, ib *inbox.Inbox, ids []string, h message.HandlerFunc) map[string]error {
 	t.Helper()
-	release, blocking := make(chan struct{}), make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	defer unblock()
+	gate, release := inboxtest.Gate(t)
+	blocking := make(chan struct{})
 	var started atomic.Int64
 	mw := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == "blocker-"+ids[0] {
 			close(blocking)
-			<-release
+			<-gate
 			return nil, nil
 		}
 		started.Add(1)
@@ -67,7 +66,7 @@ func oneBatch(t *testing.T, ib *inbox.Inbox, ids []string, h message.HandlerFunc
 	}
 	require.Eventually(t, func() bool { return started.Load() == int64(len(ids)) }, 10*time.Second, time.Millisecond,
 		"every member's handler started")
-	unblock()
+	release()
 	require.NoError(t, <-blocker)
 	wg.Wait()
 	return errs

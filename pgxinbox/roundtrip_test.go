@@ -211,11 +211,12 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 	require.NoError(t, err)
 	var calls atomic.Int64
 	credit := b.credit(1, &calls)
-	release, blocking := make(chan struct{}), make(chan struct{})
+	gate, release := inboxtest.Gate(t)
+	blocking := make(chan struct{})
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) == "blocker" {
 			close(blocking)
-			<-release
+			<-gate
 			return nil, nil
 		}
 		return credit(msg)
@@ -227,16 +228,7 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 		require.NoError(t, err)
 	}
 
-	// A message that holds the consumer's turn, so that the copies queue and form batches of n. A failure below
-	// still lets it go, so that its open transaction holds up neither the cleanup nor other tests.
-	released := false
-	unblock := func() {
-		if !released {
-			released = true
-			close(release)
-		}
-	}
-	defer unblock()
+	// A message that holds the consumer's turn, so that the copies queue and form batches of n.
 	blocker := make(chan error, 1)
 	go func() { _, err := h(newMsg("blocker")); blocker <- err }()
 	<-blocking
@@ -245,7 +237,7 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 	trips.reset()
 	require.Empty(t, inboxtest.DeliverCopies(t, h, ids[n:], 1))
 	got := trips.trips.Load()
-	unblock()
+	release()
 	require.NoError(t, <-blocker)
 
 	require.EqualValues(t, 2*n, calls.Load(), "no copy's handler ran")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -266,18 +266,15 @@ func TestSQLv4Join(t *testing.T) {
 				require.NoError(t, err)
 				first.AddMiddleware(ib.Middleware)
 				started := make(chan struct{})
-				release := make(chan struct{})
+				gate, release := inboxtest.Gate(t)
 				first.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, a, b, "wallet"), func(msg *message.Message) error {
 					if err := b.creditV4(100, nil)(msg); err != nil {
 						return err
 					}
 					close(started)
-					<-release // a long call, still running when the subscriber ends its transaction
+					<-gate // a long call, still running when the subscriber ends its transaction
 					return nil
 				})
-				var releaseOnce sync.Once
-				unblock := func() { releaseOnce.Do(func() { close(release) }) }
-				t.Cleanup(unblock) // a failure below must not leave the handler, and the router's close, waiting
 				done := make(chan error, 1)
 				go func() { done <- first.Run(context.Background()) }()
 				<-first.Running()
@@ -290,7 +287,7 @@ func TestSQLv4Join(t *testing.T) {
 				closed := make(chan error, 1)
 				go func() { closed <- first.Close() }()
 				require.Eventually(t, func() bool { return subscriberTxEnded(t, b) }, 10*time.Second, 20*time.Millisecond)
-				unblock()
+				release()
 				require.NoError(t, <-closed)
 				require.NoError(t, <-done)
 				require.Equal(t, 0, b.balance(t), "the half-run handler's write must not be committed")

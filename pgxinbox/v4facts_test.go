@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // These tests pin down what watermill-sql v4's subscriber itself does with its transaction, without the inbox:
@@ -122,13 +124,13 @@ func TestSQLv4Subscriber(t *testing.T) {
 				require.NoError(t, err)
 				deadline := 300 * time.Millisecond
 				var calls atomic.Int64
-				release := make(chan struct{})
+				gate, release := inboxtest.Gate(t)
 				router.AddConsumerHandler("wallet-credits", topic, newV4SubscriberWith(t, a, b, "wallet", &deadline, nil), func(msg *message.Message) error {
 					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
 						return err
 					}
 					if calls.Add(1) == 1 {
-						<-release // outlives the ack deadline
+						<-gate // outlives the ack deadline
 						return errors.New("the handler never finished its work")
 					}
 					return nil
@@ -138,7 +140,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 				publishV4(t, b, topic, newMsg("evt-1"))
 				require.Eventually(t, func() bool { return calls.Load() == 2 }, 10*time.Second, 20*time.Millisecond,
 					"the message is delivered again while the first run is still going")
-				close(release)
+				release()
 				require.Eventually(t, func() bool { return b.balance(t) == 200 }, 10*time.Second, 20*time.Millisecond,
 					"the first, unfinished run's write was committed, and the second run's too")
 			})
