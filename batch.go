@@ -41,6 +41,24 @@ import (
 //     handlers that succeeded return, and the router acks. A commit that fails nacks them all, and nothing of the
 //     batch is applied.
 
+// beginShared begins a batch's transaction: one that gives each handler a view of its own when the adapter can
+// (driver.SharedPool).
+func beginShared(ctx context.Context, pool driver.Pool) (driver.Tx, error) {
+	if sp, ok := pool.(driver.SharedPool); ok {
+		return sp.BeginShared(ctx, driver.TxOptions{})
+	}
+	return pool.Begin(ctx, driver.TxOptions{})
+}
+
+// beginOwn begins a message's own transaction; in batch mode, one whose handler gets a view that refuses Commit and
+// Rollback (withOwnView), as a batch member's does.
+func (i *Inbox) beginOwn(ctx context.Context) (driver.Tx, error) {
+	if i.cfg.batchSize > 0 {
+		return beginShared(ctx, i.db.pool)
+	}
+	return i.db.pool.Begin(ctx, driver.TxOptions{})
+}
+
 // applyBatched applies msg in the batch that claims it, or alone when none does.
 func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	q := i.queueOf(consumer)
@@ -423,9 +441,13 @@ type batch struct {
 	solo bool
 	// pipe, when the transaction can pipeline (pgx's) and the batch has more than one member, sends the members'
 	// first statements together, and line orders the members on the connection instead of conn.
-	pipe  pipeliner
-	line  line
-	seats atomic.Int32 // members that asked for their native transaction, numbering their savepoints
+	pipe pipeliner
+	line line
+	// shared, over database/sql, gives each member a *sql.Tx of its own over the transaction (driver.SharedTx);
+	// solos, over pgx, the pgx.Tx of a batch of one. Both refuse the handler's Commit and Rollback.
+	shared driver.SharedTx
+	solos  pipeliner
+	seats  atomic.Int32 // members that asked for their native transaction, numbering their savepoints
 
 	ready   chan struct{} // closed when the members may use the connection (formed, passTurn)
 	members int           // claimed members
@@ -467,7 +489,7 @@ func (q *batchQueue) run(members []*member) {
 			m.turn <- nil
 		}
 	}
-	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
+	tx, err := beginShared(ctx, i.db.pool)
 	if err != nil {
 		goAlone(members) // each finds out for itself, and is nacked with its own error
 		return
@@ -503,6 +525,8 @@ func (q *batchQueue) run(members []*member) {
 	if p, ok := tx.(pipeliner); ok && !b.solo {
 		b.pipe = p
 	}
+	b.shared, _ = tx.(driver.SharedTx)
+	b.solos, _ = tx.(pipeliner)
 	if len(claimed) == 0 {
 		_ = tx.Rollback(ctx)
 		goAlone(members)
@@ -616,11 +640,15 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 		b.finished(m) // nothing to write, and the handler wrote nothing: the connection is not needed
 		return nil
 	}
-	if raw != nil || !t.pipelined {
+	failed := t.failed()
+	if raw != nil || !t.pipelined || failed != nil {
 		t.hold(raw != nil) // a savepoint around the produced messages, should the database refuse them
 	}
 	if err == nil && t.err != nil {
 		err = t.err
+	}
+	if err == nil && failed != nil {
+		err = b.swallowed(m, failed)
 	}
 	if err == nil {
 		err = b.i.store.saveProduced(b.ctx, b.tx, b.consumer, m.id, raw)
@@ -643,6 +671,29 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 	b.release(t)
 	b.finished(m)
 	return nil
+}
+
+// swallowed finds out, for a member whose handler returned nil although one of its statements failed, whether the
+// failure left the transaction unusable: on PostgreSQL a failed statement aborts the transaction unless the handler
+// rolled back to a savepoint of its own, and every statement after it fails, the next member's and the commit
+// included. A read of the member's claim tells, at a round trip that only such a member pays. An error means the
+// member's part is to be rolled back and its message nacked, alone, as per-message mode would: its commit would
+// fail. A claim the read does not find means the database rolled back the whole transaction (MariaDB does on a
+// deadlock), and the batch fails.
+func (b *batch) swallowed(m *member, failed error) error {
+	held, err := b.i.store.holds(b.ctx, b.tx, b.consumer, m.id)
+	switch {
+	case err == nil && held:
+		return nil // the handler recovered from its statement's failure
+	case err == nil:
+		err = fmt.Errorf("inbox: the batch's transaction was rolled back by the database after %s/%s's statement failed: %w",
+			b.consumer, m.id, failed)
+		b.breaks(err)
+		return err
+	}
+	return fmt.Errorf("inbox: the handler of %s/%s returned nil after a statement on its transaction failed (%w), "+
+		"which left the transaction unusable (%v): its part of the batch is rolled back and the message nacked; "+
+		"return the statement's error, or roll back to a savepoint of the handler's own", b.consumer, m.id, failed, err)
 }
 
 // giveBack rolls back m's effect and claim after its handler failed with cause.
@@ -717,8 +768,8 @@ type memberTx struct {
 	// In a batch with a pipe: pipelined is set when the member's first statement went in a pipeline; the other
 	// fields are the line's (guarded by its mu).
 	pipelined bool
-	view      any // the native transaction its handler gets
-	seat      int // names the savepoint of its pipelined statement
+	view      driver.View // the native transaction its handler gets, when the batch's transaction gives views
+	seat      int         // names the savepoint of its pipelined statement
 	wake      chan struct{}
 	sql       string // its first statement, while it waits in the line's queue
 	args      []any
@@ -812,15 +863,55 @@ func (t *memberTx) unused() bool {
 
 var errBatchTxOwned = errors.New("inbox: the batch's transaction is ended by the inbox, not by a handler")
 
+// Native is what the member's handler gets from TxFromContext: a view of the batch's transaction whose Commit and
+// Rollback return ErrTxShared, when the adapter gives views (database/sql's and pgx's do).
 func (t *memberTx) Native() any {
-	if t.b.pipe != nil {
+	switch {
+	case t.b.pipe != nil:
 		if t.view == nil {
 			t.view = t.b.pipe.MemberView(t.first, func() { t.hold(true) })
 		}
-		return t.view
+		return t.view.Native()
+	case t.b.solos != nil:
+		if t.view == nil {
+			t.view = t.b.solos.MemberView(noFirst, func() { t.hold(true) })
+		}
+		return t.view.Native()
 	}
 	t.hold(true)
-	return t.b.tx.Native()
+	if t.b.shared == nil {
+		return t.b.tx.Native()
+	}
+	if t.view == nil {
+		v, err := t.b.shared.View(t.b.ctx)
+		if err != nil {
+			return nil // the handler finds no transaction, and fails
+		}
+		t.view = v
+	}
+	return t.view.Native()
+}
+
+// noFirst is the first of a view whose statements are never pipelined: a batch of one member's.
+func noFirst(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
+
+// failed returns the first error of the member's statements, if one failed: its first pipelined statement's, or
+// one its view recorded. nil when none failed or the adapter gives no views.
+func (t *memberTx) failed() error {
+	if t.pipelined && t.resErr != nil {
+		return t.resErr
+	}
+	if t.view != nil {
+		return t.view.Failed()
+	}
+	return nil
+}
+
+// closeView ends the member's view, so that its handler can no longer use the batch's transaction.
+func (t *memberTx) closeView() {
+	if t.view != nil {
+		t.view.Close()
+	}
 }
 
 func (t *memberTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -878,7 +969,7 @@ type pipeliner interface {
 	RollbackToSeat(ctx context.Context, seat int) error
 	// MemberView returns the native transaction a member's handler gets. Its statements with arguments call first,
 	// which runs one (ran) when it is the member's first; every other use calls take first.
-	MemberView(first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) any
+	MemberView(first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) driver.View
 }
 
 // line orders the members of a pipelining batch on its connection.
@@ -1050,7 +1141,7 @@ func (b *batch) send(t *memberTx) {
 	l.mu.Lock()
 	l.busy = false
 	if err != nil {
-		err = fmt.Errorf("inbox: pipeline the statements of %d members of a batch of %s: %w", n, b.consumer, err)
+		err = fmt.Errorf("inbox: pipeline the statements of %d members of a batch of %s: %w", n, b.consumer, poolerHint(b.i.store.d, err))
 		b.breaks(err)
 	}
 	for k, t := range sent {
@@ -1145,8 +1236,10 @@ func (b *batch) acquire(t *memberTx) {
 }
 
 // release frees the connection once t's part is settled; with a pipe, t leaves the line and the next member heads it.
+// Its view is closed first, so that its handler, done, cannot use the transaction after it.
 func (b *batch) release(t *memberTx) {
 	defer b.released()
+	t.closeView()
 	if b.pipe == nil {
 		b.conn.Unlock()
 		return

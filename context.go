@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"sync"
 
 	"github.com/effectively-once/watermill-inbox/driver"
 )
@@ -12,7 +13,41 @@ type ctxKey int
 const (
 	txKey ctxKey = iota
 	eventIDKey
+	viewKey
 )
+
+// ownView is, in batch mode, what the handler of a message that goes alone gets from TxFromContext instead of its
+// transaction's own native one: a view that refuses Commit and Rollback, as a batch member's does, so that a
+// handler meets the same rule whether its message was batched or not. It applies to tx only.
+type ownView struct {
+	tx     driver.Tx
+	once   sync.Once
+	native any
+}
+
+// withOwnView returns ctx with the view of tx that a handler in batch mode gets, when the adapter gives views:
+// database/sql's (driver.SharedTx) and pgx's (a pipeliner).
+func withOwnView(ctx context.Context, tx driver.Tx) context.Context {
+	switch tx.(type) {
+	case driver.SharedTx, pipeliner:
+		return context.WithValue(ctx, viewKey, &ownView{tx: tx})
+	}
+	return ctx
+}
+
+func (v *ownView) get(ctx context.Context) any {
+	v.once.Do(func() {
+		switch tx := v.tx.(type) {
+		case driver.SharedTx:
+			if view, err := tx.View(ctx); err == nil {
+				v.native = view.Native()
+			}
+		case pipeliner:
+			v.native = tx.MemberView(noFirst, func() {}).Native()
+		}
+	})
+	return v.native
+}
 
 func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {
 	return context.WithValue(context.WithValue(ctx, txKey, tx), eventIDKey, eventID)
@@ -28,6 +63,12 @@ func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Contex
 // subscriber redelivers the message inside it), so the middleware runs the handler in a savepoint and rolls back
 // to it when the handler fails: the failed attempt's writes are undone either way. Outside the handler, or in lease
 // mode, ok is false.
+//
+// In batch mode (WithBatch) the transaction is shared by the messages of a batch, and the handler gets a *sql.Tx of
+// its own over it: its statements run in the batch's transaction, after a savepoint of the message's, and its
+// Commit and Rollback return ErrTxShared and leave the batch as it was. A handler that returns nil after one of its
+// statements failed and left the transaction aborted (PostgreSQL) has its message's part rolled back to its
+// savepoint and the message nacked, alone, as in per-message mode.
 func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
 	tx, ok = NativeTxFromContext(ctx).(*sql.Tx)
 	return tx, ok
@@ -38,6 +79,9 @@ func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
 // packages build their typed TxFromContext on it, as pgxinbox does.
 func NativeTxFromContext(ctx context.Context) any {
 	if tx, ok := ctx.Value(txKey).(driver.Tx); ok {
+		if v, ok := ctx.Value(viewKey).(*ownView); ok && v.tx == tx {
+			return v.get(ctx)
+		}
 		return tx.Native()
 	}
 	return nil

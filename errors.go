@@ -1,6 +1,10 @@
 package inbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/effectively-once/watermill-inbox/driver"
+)
 
 // ErrMissingEventID reports a message that carries no event ID: there is nothing to deduplicate on, so the inbox
 // refuses to apply it. Such a message is dead-lettered, or nacked after the reject delay when no dead-letter
@@ -50,3 +54,8 @@ var ErrProducedUnstorable = errors.New("inbox: produced messages cannot be store
 // names each difference. Migrate returns it, checking what it leaves behind, and changes nothing; the middleware
 // returns it, nacking each message after the reject delay and never dead-lettering it, until the schema is mended.
 var ErrSchemaDrift = errors.New("inbox: schema differs from what the inbox needs")
+
+// ErrTxShared is what Commit and Rollback return on the transaction a handler finds in its context in batch mode
+// (WithBatch): the batch's, which the inbox commits once every handler of the batch has returned. The batch is
+// unharmed by the call; a handler that wants its message rolled back returns an error instead.
+var ErrTxShared = driver.ErrTxShared

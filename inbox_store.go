@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -116,6 +117,20 @@ func (s *store) produced(ctx context.Context, q driver.Executor, consumer, id st
 	}
 	msgs, err = decodeProduced(consumer, id, raw)
 	return state, msgs, err
+}
+
+// holds reports whether tx still has the row of (consumer, id) that it claimed. A batch asks after a member's
+// statement failed; an error is then most often the transaction's own: it can no longer run statements.
+func (s *store) holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error) {
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return false, err
+	}
+	_, _, err = s.d.ReadRow(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // committed reads what produced does, in a short transaction of its own on db: outside the snapshot of a caller's

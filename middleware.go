@@ -77,9 +77,13 @@ func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h me
 
 func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	ctx := msg.Context()
-	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{})
+	tx, err := i.beginOwn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
+	}
+	if i.cfg.batchSize > 0 {
+		msg.SetContext(withOwnView(ctx, tx))
+		defer msg.SetContext(ctx)
 	}
 	ended := false
 	rollback := func() {

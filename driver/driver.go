@@ -18,6 +18,12 @@ var ErrNoRows = errors.New("driver: no rows in result set")
 // context was cancelled). Adapters translate their library's own error (sql.ErrTxDone, pgx.ErrTxClosed) into it.
 var ErrTxDone = errors.New("driver: transaction has already been committed or rolled back")
 
+// ErrTxShared is what Commit and Rollback return on the transaction a batch-mode handler gets (inbox.WithBatch):
+// the transaction is the batch's, shared by several messages, and the inbox ends it once every handler has
+// returned. The call leaves the batch's transaction as it was.
+var ErrTxShared = errors.New("inbox: the transaction is shared by a batch of messages and ended by the inbox, not by a " +
+	"handler: return an error to roll back this message's part")
+
 // Executor runs statements on a pool or in a transaction.
 type Executor interface {
 	// Exec runs a statement that returns no rows and reports how many rows it affected.

@@ -53,6 +53,9 @@ type Conn interface {
 	// found the way the library's users find it (inbox.TxFromContext for database/sql, pgxinbox.TxFromContext for
 	// pgx), and returns an error when ctx holds none.
 	ExecInHandler(ctx context.Context, query string, args ...any) error
+	// EndInHandler commits (commit true) or rolls back that same transaction, as a handler that misuses it
+	// would, and returns what the call returned.
+	EndInHandler(ctx context.Context, commit bool) error
 }
 
 // Dialect is the SQL of one database that the suite needs for its own statements. The inbox's statements are the
@@ -131,4 +134,15 @@ func (c stdConn) ExecInHandler(ctx context.Context, query string, args ...any) e
 	}
 	_, err := tx.ExecContext(ctx, query, args...)
 	return err
+}
+
+func (c stdConn) EndInHandler(ctx context.Context, commit bool) error {
+	tx, ok := inbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("inboxtest: no *sql.Tx in the handler's context")
+	}
+	if commit {
+		return tx.Commit()
+	}
+	return tx.Rollback()
 }

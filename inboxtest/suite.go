@@ -35,6 +35,8 @@ var cases = []struct {
 	{"ABatchWhoseHandlersWorkOnItsConnectionKeepsTheTurnUntilTheyReturn", batchKeepsItsTurn},
 	{"InBatchModeStragglersAmongManyMessagesInFlightLoseAndDuplicateNothing", batchStragglersUnderLoad},
 	{"InBatchModeCopiesOfAppliedMessagesReturnTheirProducedMessagesWithoutRunning", batchCopies},
+	{"InBatchModeAHandlerThatSwallowsAFailedStatementCostsOnlyItsOwnMessage", batchSwallowedFailure},
+	{"InBatchModeAHandlerCannotCommitOrRollBackTheBatch", batchHandlerEndsTheTx},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"AMessageWithoutAnEventIDIsDeadLetteredAndAcked", noEventIDIsDeadLettered},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // deferredTx is a pgx transaction whose BEGIN waits for the transaction's first statement and goes to the server
@@ -737,67 +739,137 @@ func (t *deferredTx) rollbackToSeat(ctx context.Context, seat int) error {
 	return err
 }
 
-// memberView is the pgx.Tx of a batch member's handler when the batch pipelines its members' first statements:
-// a statement with arguments goes through first, which pipelines it if it is the member's first; any other use
-// calls take first, which gives the member the connection to itself (see inbox's batch.go).
+// memberView is the pgx.Tx of a batch member's handler: a statement with arguments goes through first, which
+// pipelines it if it is the member's first; any other use calls take first, which gives the member the connection
+// to itself (see inbox's batch.go). Its Commit and Rollback refuse (driver.ErrTxShared): the batch's transaction
+// is the inbox's to end. It records the first error of its statements (Failed), for the batch to find a handler that
+// returned nil after a statement failed and left the transaction aborted.
 type memberView struct {
 	tx    *deferredTx
 	first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error)
 	take  func()
+
+	mu     sync.Mutex
+	failed error
 }
 
-var _ pgx.Tx = (*memberView)(nil)
+var (
+	_ pgx.Tx      = (*memberView)(nil)
+	_ driver.View = (*memberView)(nil)
+)
+
+// noFirst is the first of a view whose statements are never pipelined (a batch of one member).
+func noFirst(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
+
+func (v *memberView) Native() any { return v }
+func (v *memberView) Close()      {}
+
+func (v *memberView) Failed() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.failed
+}
+
+// fail records err, a statement's, unless it is pgx's report of no row, which the server did not send.
+func (v *memberView) fail(err error) error {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		v.mu.Lock()
+		if v.failed == nil {
+			v.failed = err
+		}
+		v.mu.Unlock()
+	}
+	return err
+}
 
 func (v *memberView) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if carriesBegin(args) {
 		if res, ran, err := v.first(ctx, sql, args); ran {
 			tag, _ := res.(pgconn.CommandTag)
-			return tag, err
+			return tag, v.fail(err)
 		}
 	}
 	v.take()
-	return v.tx.Exec(ctx, sql, args...)
+	tag, err := v.tx.Exec(ctx, sql, args...)
+	return tag, v.fail(err)
 }
 
 func (v *memberView) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	v.take()
-	return v.tx.Query(ctx, sql, args...)
+	rows, err := v.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, v.fail(err)
+	}
+	return viewRows{rows, v}, nil
 }
 
 func (v *memberView) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	v.take()
-	return v.tx.QueryRow(ctx, sql, args...)
+	return viewRow{v.tx.QueryRow(ctx, sql, args...), v}
 }
 
 func (v *memberView) Begin(ctx context.Context) (pgx.Tx, error) {
 	v.take()
-	return v.tx.Begin(ctx)
+	tx, err := v.tx.Begin(ctx)
+	return tx, v.fail(err)
 }
 
-func (v *memberView) Commit(ctx context.Context) error {
-	v.take()
-	return v.tx.Commit(ctx)
-}
-
-func (v *memberView) Rollback(ctx context.Context) error {
-	v.take()
-	return v.tx.Rollback(ctx)
-}
+func (v *memberView) Commit(context.Context) error   { return driver.ErrTxShared }
+func (v *memberView) Rollback(context.Context) error { return driver.ErrTxShared }
 
 func (v *memberView) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	v.take()
-	return v.tx.SendBatch(ctx, b)
+	return viewBatch{v.tx.SendBatch(ctx, b), v}
 }
 
 func (v *memberView) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	v.take()
-	return v.tx.CopyFrom(ctx, table, columns, src)
+	n, err := v.tx.CopyFrom(ctx, table, columns, src)
+	return n, v.fail(err)
 }
 
 func (v *memberView) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	v.take()
-	return v.tx.Prepare(ctx, name, sql)
+	d, err := v.tx.Prepare(ctx, name, sql)
+	return d, v.fail(err)
 }
+
+// viewRows, viewRow and viewBatch record the errors of a member's reads.
+type viewRows struct {
+	pgx.Rows
+	v *memberView
+}
+
+func (r viewRows) Close()     { r.Rows.Close(); _ = r.v.fail(r.Rows.Err()) }
+func (r viewRows) Err() error { return r.v.fail(r.Rows.Err()) }
+
+type viewRow struct {
+	pgx.Row
+	v *memberView
+}
+
+func (r viewRow) Scan(dest ...any) error { return r.v.fail(r.Row.Scan(dest...)) }
+
+type viewBatch struct {
+	pgx.BatchResults
+	v *memberView
+}
+
+func (b viewBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	return tag, b.v.fail(err)
+}
+
+func (b viewBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		return rows, b.v.fail(err)
+	}
+	return viewRows{rows, b.v}, nil
+}
+
+func (b viewBatch) QueryRow() pgx.Row { return viewRow{b.BatchResults.QueryRow(), b.v} }
+func (b viewBatch) Close() error      { return b.v.fail(b.BatchResults.Close()) }
 
 // LargeObjects runs its calls through the view's Exec and QueryRow.
 func (v *memberView) LargeObjects() pgx.LargeObjects { return largeObjects(v) }

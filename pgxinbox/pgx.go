@@ -170,7 +170,7 @@ func (t *deferredView) RollbackToSeat(ctx context.Context, seat int) error {
 }
 
 // MemberView returns the pgx.Tx of a batch member's handler, whose statements go through first and take.
-func (t *deferredView) MemberView(first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) any {
+func (t *deferredView) MemberView(first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) driver.View {
 	return &memberView{tx: t.tx(), first: first, take: take}
 }
 

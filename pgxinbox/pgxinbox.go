@@ -54,7 +54,8 @@ func Middleware(p Beginner, opts ...inbox.Option) message.HandlerMiddleware {
 // TxFromContext returns the pgx transaction that holds this message's inbox row, for the handler to run its side
 // effect on. It reports false outside the handler, in lease mode, and when the transaction is not pgx's (a joined
 // watermill-sql subscriber over database/sql, whose *sql.Tx inbox.TxFromContext returns). The inbox commits it
-// after the handler returns without error, and rolls it back otherwise; the handler must not end it.
+// after the handler returns without error, and rolls it back otherwise; the handler must not end it. In batch mode
+// (inbox.WithBatch) its Commit and Rollback return inbox.ErrTxShared and leave the batch's transaction as it was.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := inbox.NativeTxFromContext(ctx).(pgx.Tx)
 	return tx, ok

@@ -38,6 +38,17 @@ func (c pgxConn) ExecInHandler(ctx context.Context, query string, args ...any) e
 	return err
 }
 
+func (c pgxConn) EndInHandler(ctx context.Context, commit bool) error {
+	tx, ok := pgxinbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("no pgx transaction in the handler's context")
+	}
+	if commit {
+		return tx.Commit(ctx)
+	}
+	return tx.Rollback(ctx)
+}
+
 // TestSuite_PgxStdlib runs the behaviour suite over database/sql with pgx v5's driver.
 func TestSuite_PgxStdlib(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,521 @@
+package driver
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"io"
+	"reflect"
+	"sync"
+)
+
+// A shared transaction over database/sql is batch mode's: one transaction that the handlers of several messages
+// use, each through a *sql.Tx of its own (a view) whose Commit and Rollback return ErrTxShared and leave the
+// transaction as it was. A *sql.Tx cannot be told to refuse its Commit, and once Commit is called it is done
+// whatever its driver answered; so each view is a transaction of a private *sql.DB whose every connection is the
+// one driver connection the shared transaction runs on, and whose transactions begin nothing on the server.
+//
+// The driver connection is taken from the pool with sql.Conn.Raw, whose callback holds it until the shared
+// transaction ends. The inbox's own statements go through the owner, a *sql.Tx of the same private DB whose Commit
+// and Rollback are the server's. The inbox lets one view use the connection at a time (batch.go); the private DB
+// adds a lock of its own so that a handler that goes on using its view after it returned cannot interleave with
+// another's statement on the wire.
+
+// SharedPool is implemented by a Pool that can begin a transaction whose handlers' views refuse Commit and
+// Rollback (batch mode's): the adapter over database/sql can.
+type SharedPool interface {
+	BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error)
+}
+
+// SharedTx is a transaction shared by several handlers, each through a View of its own.
+type SharedTx interface {
+	Tx
+	// View returns a new view of the transaction for one handler. The transaction closes its views when it ends.
+	View(ctx context.Context) (View, error)
+}
+
+// View is one handler's view of a transaction it shares (a batch member's).
+type View interface {
+	// Native is the library's transaction the handler gets (*sql.Tx, pgx.Tx): its statements run in the shared
+	// transaction, and its Commit and Rollback return ErrTxShared.
+	Native() any
+	// Failed returns the first error a statement run through the view returned, or nil. On PostgreSQL such an error
+	// leaves the shared transaction aborted unless the handler rolled back to a savepoint of its own: the caller
+	// finds out which with a statement of its own.
+	Failed() error
+	// Close ends the view, waiting for a statement it runs: the handler can no longer use it.
+	Close()
+}
+
+// BeginShared begins a shared transaction on a connection of p's (SharedPool).
+func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error) {
+	conn, err := p.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &sharedTx{drv: p.db.Driver(), conn: conn, release: make(chan struct{}), held: make(chan error, 1)}
+	got := make(chan any, 1)
+	go func() {
+		s.held <- conn.Raw(func(dc any) error {
+			got <- dc
+			<-s.release
+			return nil
+		})
+	}()
+	select {
+	case dc := <-got:
+		s.dc = dc.(sqldriver.Conn)
+	case err := <-s.held:
+		_ = conn.Close()
+		return nil, err
+	}
+	if p.sessions != nil {
+		s.owner.sessions = p.sessions
+		if !p.sessions.lost.Load() {
+			s.owner.session = p.sessions.of(s.dc)
+		}
+	}
+	s.views = sql.OpenDB(s)
+	o := &sql.TxOptions{ReadOnly: opts.ReadOnly}
+	if opts.ReadCommitted {
+		o.Isolation = sql.LevelReadCommitted
+	}
+	tx, err := s.views.BeginTx(context.WithValue(ctx, ownerKey{}, true), o)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.owner.tx = tx
+	return s, nil
+}
+
+type ownerKey struct{}
+
+type sharedTx struct {
+	owner   stdTx // the inbox's: its statements, Commit and Rollback
+	drv     sqldriver.Driver
+	conn    *sql.Conn
+	dc      sqldriver.Conn // conn's driver connection, held by the Raw call until release closes
+	release chan struct{}
+	held    chan error
+	views   *sql.DB // whose connections are all dc (Connect)
+
+	wire  sync.Mutex // one statement on dc at a time
+	mu    sync.Mutex
+	real  sqldriver.Tx // the server's transaction, begun by the owner
+	open  []*view
+	ended bool
+}
+
+var (
+	_ SharedPool          = stdPool{}
+	_ SharedTx            = (*sharedTx)(nil)
+	_ sqldriver.Connector = (*sharedTx)(nil)
+)
+
+func (s *sharedTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return s.owner.Exec(ctx, query, args...)
+}
+func (s *sharedTx) QueryRow(ctx context.Context, query string, args ...any) Row {
+	return s.owner.QueryRow(ctx, query, args...)
+}
+func (s *sharedTx) Query(ctx context.Context, query string, args ...any) (Rows, error) {
+	return s.owner.Query(ctx, query, args...)
+}
+func (s *sharedTx) LiteralArgs() bool  { return s.owner.LiteralArgs() }
+func (s *sharedTx) Session() *sync.Map { return s.owner.Session() }
+func (s *sharedTx) SessionLost()       { s.owner.SessionLost() }
+func (s *sharedTx) Native() any        { return s.owner.tx }
+func (s *sharedTx) Commit(context.Context) error {
+	s.endViews()
+	return s.end(s.owner.tx.Commit())
+}
+func (s *sharedTx) Rollback(context.Context) error {
+	s.endViews()
+	return s.end(s.owner.tx.Rollback())
+}
+
+// View begins a view: a transaction of the private DB, which Connect and BeginTx below give the connection and
+// a driver transaction that refuses to end anything.
+func (s *sharedTx) View(ctx context.Context) (View, error) {
+	v := &view{}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return nil, ErrTxDone
+	}
+	s.open = append(s.open, v)
+	s.mu.Unlock()
+	tx, err := s.views.BeginTx(context.WithValue(context.WithoutCancel(ctx), viewKey{}, v), nil)
+	if err != nil {
+		return nil, err
+	}
+	v.tx = tx
+	return v, nil
+}
+
+type viewKey struct{}
+
+// endViews closes every view, so that no handler's statement runs after the transaction's end.
+func (s *sharedTx) endViews() {
+	s.mu.Lock()
+	open := s.open
+	s.open, s.ended = nil, true
+	s.mu.Unlock()
+	for _, v := range open {
+		v.Close()
+	}
+}
+
+// end lets the connection go back to database/sql's pool once the transaction has ended.
+func (s *sharedTx) end(err error) error {
+	s.close()
+	return txDone(err)
+}
+
+func (s *sharedTx) close() {
+	_ = s.views.Close()
+	select {
+	case <-s.release:
+	default:
+		close(s.release)
+	}
+	<-s.held
+	s.held <- nil // a second close finds it at once
+	_ = s.conn.Close()
+}
+
+// Connect gives the private DB a connection: dc, through a wrapper that knows which view uses it.
+func (s *sharedTx) Connect(context.Context) (sqldriver.Conn, error) { return &viewConn{s: s}, nil }
+func (s *sharedTx) Driver() sqldriver.Driver                        { return s.drv }
+
+// view is one handler's *sql.Tx over the shared transaction (View).
+type view struct {
+	tx     *sql.Tx
+	mu     sync.Mutex
+	failed error
+	closed bool // the inbox ended it: its Rollback is the inbox's, not the handler's
+}
+
+func (v *view) Native() any { return v.tx }
+
+func (v *view) Failed() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.failed
+}
+
+func (v *view) fail(err error) {
+	if err == nil || errors.Is(err, sqldriver.ErrSkip) {
+		return
+	}
+	v.mu.Lock()
+	if v.failed == nil {
+		v.failed = err
+	}
+	v.mu.Unlock()
+}
+
+// Close rolls the view's *sql.Tx back, which waits for its statements and rows, and leaves the shared
+// transaction as it was (viewTx).
+func (v *view) Close() {
+	v.mu.Lock()
+	v.closed = true
+	v.mu.Unlock()
+	if v.tx != nil {
+		_ = v.tx.Rollback()
+	}
+}
+
+func (v *view) closedByInbox() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.closed
+}
+
+// viewConn is the private DB's connection: dc, for one transaction at a time, the owner's or a view's.
+type viewConn struct {
+	s *sharedTx
+	v *view // the view whose transaction runs on it, nil for the owner's
+}
+
+var (
+	_ sqldriver.ConnBeginTx        = (*viewConn)(nil)
+	_ sqldriver.ConnPrepareContext = (*viewConn)(nil)
+	_ sqldriver.ExecerContext      = (*viewConn)(nil)
+	_ sqldriver.QueryerContext     = (*viewConn)(nil)
+	_ sqldriver.NamedValueChecker  = (*viewConn)(nil)
+)
+
+func (c *viewConn) Begin() (sqldriver.Tx, error) {
+	return c.BeginTx(context.Background(), sqldriver.TxOptions{})
+}
+
+// BeginTx begins the server's transaction for the owner, and nothing for a view.
+func (c *viewConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	if v, ok := ctx.Value(viewKey{}).(*view); ok {
+		c.v = v
+		return viewTx{v}, nil
+	}
+	if ctx.Value(ownerKey{}) == nil {
+		return nil, errors.New("driver: a shared transaction's connection begins only its owner and its views")
+	}
+	c.v = nil
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	var tx sqldriver.Tx
+	var err error
+	if b, ok := c.s.dc.(sqldriver.ConnBeginTx); ok {
+		tx, err = b.BeginTx(ctx, opts)
+	} else {
+		tx, err = c.s.dc.Begin() //nolint:staticcheck // a driver without BeginTx
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.s.real = tx
+	return ownerTx{c.s}, nil
+}
+
+func (c *viewConn) fail(err error) error {
+	if c.v != nil {
+		c.v.fail(err)
+	}
+	return err
+}
+
+func (c *viewConn) Prepare(query string) (sqldriver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+func (c *viewConn) PrepareContext(ctx context.Context, query string) (sqldriver.Stmt, error) {
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	var st sqldriver.Stmt
+	var err error
+	if p, ok := c.s.dc.(sqldriver.ConnPrepareContext); ok {
+		st, err = p.PrepareContext(ctx, query)
+	} else {
+		st, err = c.s.dc.Prepare(query)
+	}
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return &viewStmt{Stmt: st, c: c}, nil
+}
+
+func (c *viewConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	e, ok := c.s.dc.(sqldriver.ExecerContext)
+	if !ok {
+		return nil, sqldriver.ErrSkip
+	}
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	res, err := e.ExecContext(ctx, query, args)
+	return res, c.fail(err)
+}
+
+func (c *viewConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	q, ok := c.s.dc.(sqldriver.QueryerContext)
+	if !ok {
+		return nil, sqldriver.ErrSkip
+	}
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	rows, err := q.QueryContext(ctx, query, args)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return &viewRows{Rows: rows, c: c}, nil
+}
+
+func (c *viewConn) CheckNamedValue(nv *sqldriver.NamedValue) error {
+	if n, ok := c.s.dc.(sqldriver.NamedValueChecker); ok {
+		return n.CheckNamedValue(nv)
+	}
+	return sqldriver.ErrSkip
+}
+
+// Close leaves dc open: the shared transaction gives it back to database/sql's pool.
+func (c *viewConn) Close() error { return nil }
+
+// ownerTx is the server's transaction, which the inbox commits or rolls back.
+type ownerTx struct{ s *sharedTx }
+
+func (t ownerTx) Commit() error {
+	t.s.wire.Lock()
+	defer t.s.wire.Unlock()
+	return t.s.real.Commit()
+}
+
+func (t ownerTx) Rollback() error {
+	t.s.wire.Lock()
+	defer t.s.wire.Unlock()
+	return t.s.real.Rollback()
+}
+
+// viewTx is a view's transaction: ending it ends nothing on the server.
+type viewTx struct{ v *view }
+
+func (t viewTx) Commit() error { return ErrTxShared }
+
+func (t viewTx) Rollback() error {
+	if t.v.closedByInbox() {
+		return nil
+	}
+	return ErrTxShared
+}
+
+// viewStmt is a statement prepared on dc, whose errors count as its view's.
+type viewStmt struct {
+	sqldriver.Stmt
+	c *viewConn
+}
+
+func (s *viewStmt) Close() error {
+	s.c.s.wire.Lock()
+	defer s.c.s.wire.Unlock()
+	return s.Stmt.Close()
+}
+
+func (s *viewStmt) Exec(args []sqldriver.Value) (sqldriver.Result, error) {
+	s.c.s.wire.Lock()
+	defer s.c.s.wire.Unlock()
+	res, err := s.Stmt.Exec(args) //nolint:staticcheck // a driver without StmtExecContext
+	return res, s.c.fail(err)
+}
+
+func (s *viewStmt) Query(args []sqldriver.Value) (sqldriver.Rows, error) {
+	s.c.s.wire.Lock()
+	defer s.c.s.wire.Unlock()
+	rows, err := s.Stmt.Query(args) //nolint:staticcheck // a driver without StmtQueryContext
+	if err != nil {
+		return nil, s.c.fail(err)
+	}
+	return &viewRows{Rows: rows, c: s.c}, nil
+}
+
+func (s *viewStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	e, ok := s.Stmt.(sqldriver.StmtExecContext)
+	if !ok {
+		values, err := namedValues(args)
+		if err != nil {
+			return nil, err
+		}
+		return s.Exec(values)
+	}
+	s.c.s.wire.Lock()
+	defer s.c.s.wire.Unlock()
+	res, err := e.ExecContext(ctx, args)
+	return res, s.c.fail(err)
+}
+
+func (s *viewStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	q, ok := s.Stmt.(sqldriver.StmtQueryContext)
+	if !ok {
+		values, err := namedValues(args)
+		if err != nil {
+			return nil, err
+		}
+		return s.Query(values)
+	}
+	s.c.s.wire.Lock()
+	defer s.c.s.wire.Unlock()
+	rows, err := q.QueryContext(ctx, args)
+	if err != nil {
+		return nil, s.c.fail(err)
+	}
+	return &viewRows{Rows: rows, c: s.c}, nil
+}
+
+func (s *viewStmt) CheckNamedValue(nv *sqldriver.NamedValue) error {
+	if n, ok := s.Stmt.(sqldriver.NamedValueChecker); ok {
+		return n.CheckNamedValue(nv)
+	}
+	return s.c.CheckNamedValue(nv)
+}
+
+func namedValues(args []sqldriver.NamedValue) ([]sqldriver.Value, error) {
+	values := make([]sqldriver.Value, len(args))
+	for n, a := range args {
+		if a.Name != "" {
+			return nil, errors.New("driver: the database's driver does not take named arguments")
+		}
+		values[n] = a.Value
+	}
+	return values, nil
+}
+
+// viewRows are the rows of a view's query, whose error while reading counts as its view's. The column type
+// interfaces are passed on when the driver's rows have them.
+type viewRows struct {
+	sqldriver.Rows
+	c *viewConn
+}
+
+func (r *viewRows) Close() error {
+	r.c.s.wire.Lock()
+	defer r.c.s.wire.Unlock()
+	return r.Rows.Close()
+}
+
+func (r *viewRows) Next(dest []sqldriver.Value) error {
+	r.c.s.wire.Lock()
+	defer r.c.s.wire.Unlock()
+	err := r.Rows.Next(dest)
+	if err != io.EOF {
+		r.c.fail(err)
+	}
+	return err
+}
+
+func (r *viewRows) HasNextResultSet() bool {
+	n, ok := r.Rows.(sqldriver.RowsNextResultSet)
+	return ok && n.HasNextResultSet()
+}
+
+func (r *viewRows) NextResultSet() error {
+	n, ok := r.Rows.(sqldriver.RowsNextResultSet)
+	if !ok {
+		return io.EOF
+	}
+	r.c.s.wire.Lock()
+	defer r.c.s.wire.Unlock()
+	return r.c.fail(n.NextResultSet())
+}
+
+func (r *viewRows) ColumnTypeScanType(index int) reflect.Type {
+	if t, ok := r.Rows.(sqldriver.RowsColumnTypeScanType); ok {
+		return t.ColumnTypeScanType(index)
+	}
+	return reflect.TypeFor[any]()
+}
+
+func (r *viewRows) ColumnTypeDatabaseTypeName(index int) string {
+	if t, ok := r.Rows.(sqldriver.RowsColumnTypeDatabaseTypeName); ok {
+		return t.ColumnTypeDatabaseTypeName(index)
+	}
+	return ""
+}
+
+func (r *viewRows) ColumnTypeLength(index int) (int64, bool) {
+	if t, ok := r.Rows.(sqldriver.RowsColumnTypeLength); ok {
+		return t.ColumnTypeLength(index)
+	}
+	return 0, false
+}
+
+func (r *viewRows) ColumnTypeNullable(index int) (nullable, ok bool) {
+	if t, ok := r.Rows.(sqldriver.RowsColumnTypeNullable); ok {
+		return t.ColumnTypeNullable(index)
+	}
+	return false, false
+}
+
+func (r *viewRows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
+	if t, ok := r.Rows.(sqldriver.RowsColumnTypePrecisionScale); ok {
+		return t.ColumnTypePrecisionScale(index)
+	}
+	return 0, 0, false
+}

@@ -1,0 +1,91 @@
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
+	ctx := context.Background()
+	db := openLibpq(t)
+	db.SetMaxOpenConns(1) // the shared transaction holds the pool's one connection until it ends
+	table := fmt.Sprintf("driver_shared_%d", time.Now().UnixNano())
+	if _, err := db.Exec(`CREATE TABLE ` + table + ` (n int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE ` + table) })
+
+	s, err := StdSQL(db).(SharedPool).BeginShared(ctx, TxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Exec(ctx, `INSERT INTO `+table+` VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := v.Native().(*sql.Tx)
+	if _, err := handler.ExecContext(ctx, `INSERT INTO `+table+` VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := handler.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the view sees the owner's row and its own: %d, %v", n, err)
+	}
+	if err := handler.Commit(); !errors.Is(err, ErrTxShared) {
+		t.Fatalf("a view's Commit returns ErrTxShared, not %v", err)
+	}
+	if v.Failed() != nil {
+		t.Fatalf("no statement of the view failed: %v", v.Failed())
+	}
+
+	second, err := s.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := second.Native().(*sql.Tx)
+	if _, err := other.ExecContext(ctx, `INSERT INTO `+table+` VALUES (1)`); err == nil {
+		t.Fatal("a duplicate key fails")
+	}
+	if second.Failed() == nil {
+		t.Fatal("the view records its statement's failure")
+	}
+	if err := other.Rollback(); !errors.Is(err, ErrTxShared) {
+		t.Fatalf("a view's Rollback returns ErrTxShared, not %v", err)
+	}
+	if err := s.Rollback(ctx); err != nil { // the failed statement aborted the transaction: the owner ends it
+		t.Fatal(err)
+	}
+
+	// The connection is back in the pool, and nothing of the rolled-back transaction stayed.
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the rollback leaves no row: %d, %v", n, err)
+	}
+
+	s, err = StdSQL(db).(SharedPool).BeginShared(ctx, TxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = s.View(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Native().(*sql.Tx).ExecContext(ctx, `INSERT INTO `+table+` VALUES (3)`); err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	if _, err := v.Native().(*sql.Tx).ExecContext(ctx, `INSERT INTO `+table+` VALUES (4)`); !errors.Is(err, sql.ErrTxDone) {
+		t.Fatalf("a closed view runs nothing: %v", err)
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the owner's commit keeps the view's row: %d, %v", n, err)
+	}
+}
