@@ -29,6 +29,7 @@ type postgres struct {
 
 // pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
 type pgQueries struct {
+	consumerFindSQL  string
 	consumerIDSQL    string
 	claimSQL         string
 	claimAtCommitSQL string
@@ -91,6 +92,11 @@ const compactVersion = 7
 // the versions table and the schema check commit or roll back together.
 const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 
+// consumerLockSQL makes the registrations of new consumer names in one table take turns (consumerIDSQL says why).
+// A transaction-level advisory lock: it ends with the short registration transaction, whatever becomes of it, and
+// stays on one server connection behind a pooler in transaction mode.
+const consumerLockSQL = `SELECT pg_advisory_xact_lock($1)`
+
 // Catalog queries of the schema check. Each names its object through to_regclass, which resolves the name with
 // the connection's search_path as every inbox query does, and gives NULL, so no row, for a missing object instead
 // of an error that would abort the transaction. Names reach them double-quoted, so that they mean exactly the
@@ -127,13 +133,18 @@ func newPGQueries(table string) *pgQueries {
 	}
 	return &pgQueries{
 
-		// Registers a consumer's name and returns its id (migrations/007_compact.up.sql), in a transaction of its
-		// own, once per consumer and process. It inserts only a name it did not find: an INSERT draws the next id
-		// from the identity sequence even when it conflicts, and the smallint ids would run out after 32,767
-		// process starts. Two processes registering one name at once are serialized by the unique index: the
-		// second waits for the first's commit and inserts nothing, and its SELECT, which reads the snapshot the
-		// statement began with, finds nothing either; the caller runs the statement again, and the new snapshot
-		// sees the first's row.
+		// A consumer's id, when its name is registered: what nearly every process start finds, with no lock.
+		consumerFindSQL: q(`SELECT id FROM {table}_consumers WHERE name = $1`),
+
+		// Registers a name that consumerFindSQL did not find, and returns its id (migrations/007_compact.up.sql),
+		// once per consumer and process. The ids are smallints, 32,767 per table, and an INSERT draws the next one
+		// from the identity sequence for every row it tries, conflicting or not; so it runs only after
+		// consumerLockSQL, which makes the registrations of one table take turns, and only for a name the statement
+		// finds missing. It is a statement of its own after the lock, so that under READ COMMITTED its snapshot,
+		// taken once the lock is held, sees the row of any registration that held the lock before: a process that
+		// lost the race finds that row and inserts nothing. ON CONFLICT stays for registrations that skip the
+		// lock (a process of an older version): one of those may insert the name between this statement's
+		// snapshot and its INSERT, which then returns no row, and the caller runs it again.
 		consumerIDSQL: q(`WITH known AS (
 				SELECT id FROM {table}_consumers WHERE name = $1
 			), registered AS (
@@ -524,15 +535,23 @@ func sqlState(err error) string {
 // that would keep an unfinished claim.
 func (*postgres) JoinsSubscriberTx() bool { return true }
 
-// ConsumerID registers the consumer's name unless the consumers table has it, and returns its id. A name another
-// process is registering at the same moment is found by the next try (consumerIDSQL says why); three tries are
-// more than that needs.
+// ConsumerID returns the id of the consumer's name, registering the name when the consumers table lacks it, in one
+// short transaction: a lookup, and, for a name it did not find, the registration lock and consumerIDSQL. A name
+// that a process without the lock registers at the same moment is found by the next try (consumerIDSQL says why);
+// three tries are more than that needs.
 func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, consumer string) (int, error) {
-	query := pg.sql(table).consumerIDSQL
+	q := pg.sql(table)
 	for try := 0; try < 3; try++ {
 		var id int
 		err := inShortTx(ctx, pool, pg, func(tx driver.Tx) error {
-			return tx.QueryRow(ctx, query, consumer).Scan(&id)
+			err := tx.QueryRow(ctx, q.consumerFindSQL, consumer).Scan(&id)
+			if !errors.Is(err, driver.ErrNoRows) {
+				return err
+			}
+			if _, err := tx.Exec(ctx, consumerLockSQL, consumerLockKey(table)); err != nil {
+				return fmt.Errorf("lock the registration of consumers: %w", err)
+			}
+			return tx.QueryRow(ctx, q.consumerIDSQL, consumer).Scan(&id)
 		})
 		if err == nil {
 			return id, nil
@@ -921,6 +940,13 @@ func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.Mig
 func migrationLockKey(table string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("watermill-inbox:migrate:" + table))
+	return int64(h.Sum64())
+}
+
+// consumerLockKey derives the key of the table's registration lock as migrationLockKey derives the migration's.
+func consumerLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("watermill-inbox:consumers:" + table))
 	return int64(h.Sum64())
 }
 

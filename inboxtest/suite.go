@@ -49,4 +49,5 @@ var cases = []struct {
 	{"ReadStatsCountsEachConsumersRowsByState", readStats},
 	{"ForgetRemovesOneRowSoItsNextCopyIsAppliedAgain", forget},
 	{"RemembersReportsEachConsumer", remembers},
+	{"ReplicasRegisteringANewConsumerTogetherUseOneIDForIt", registeringANameDrawsOneID},
 }
