@@ -508,6 +508,8 @@ func (*postgres) Classify(err error) dialect.ErrorKind {
 	// invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
 	case code == "22P02" || code == "22021" || code == "54000":
 		return dialect.IDRefused
+	case code == "2200H": // sequence_generator_limit_exceeded: the consumers' smallint ids are all taken
+		return dialect.SequenceExhausted
 	// data exceptions, other limits, a check constraint
 	case strings.HasPrefix(code, "22") || strings.HasPrefix(code, "54") || code == "23514":
 		return dialect.ValueRefused

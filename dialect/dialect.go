@@ -208,6 +208,9 @@ const (
 	// StatementMissing is a prepared statement the server does not know, or already knows under the driver's
 	// name: a driver that caches prepared statements, behind a transaction-pooling proxy.
 	StatementMissing
+	// SequenceExhausted is a sequence, or an identity column's counter, that handed out its last value: nothing
+	// that needs a new one (ConsumerID registering a name) can succeed until an operator acts.
+	SequenceExhausted
 )
 
 // Retryable reports whether a transaction that failed with k may run again.

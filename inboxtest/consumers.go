@@ -1,10 +1,12 @@
 package inboxtest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -61,4 +63,68 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 	b.queryRow(t, b.d.ConsumerIDs(b.table), nil, &maxID, &registered)
 	require.EqualValues(t, names, registered)
 	require.EqualValues(t, names, maxID, "a caller that lost the race to register a name drew an id all the same")
+}
+
+// nackRecorder keeps the events of the messages an inbox held back.
+type nackRecorder struct {
+	inbox.NopObserver
+	mu    sync.Mutex
+	nacks []inbox.NackEvent
+}
+
+func (r *nackRecorder) Nacked(_ context.Context, e inbox.NackEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nacks = append(r.nacks, e)
+}
+
+func (r *nackRecorder) events() []inbox.NackEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]inbox.NackEvent(nil), r.nacks...)
+}
+
+func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	const delay = 200 * time.Millisecond
+	nacks := &nackRecorder{}
+	opts := []inbox.Option{inbox.WithRejectDelay(delay), inbox.WithObserver(nacks)}
+	var calls atomic.Int64
+	registered := b.inbox(t, opts...)
+	b.apply(t, registered, &calls, "evt-1")
+
+	if b.d.ExhaustConsumerIDs == nil { // the rows carry the name: a new one always fits
+		b.apply(t, b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...), &calls, "evt-1")
+		require.EqualValues(t, 2, calls.Load())
+		require.Empty(t, nacks.events())
+		return
+	}
+	b.mustExec(t, b.d.ExhaustConsumerIDs(b.table))
+
+	newcomer := b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...).Middleware(b.credit(100, &calls))
+	for range 2 { // each delivery waits the reject delay, the first, which tried to register, and the next
+		start := time.Now()
+		_, err := newcomer(newMsg("evt-2"))
+		waited := time.Since(start)
+		require.ErrorIs(t, err, inbox.ErrConsumerIDsExhausted)
+		require.ErrorContains(t, err, "register consumer newcomer in table "+b.table)
+		require.True(t, inbox.IsPermanent(err))
+		require.GreaterOrEqual(t, waited, delay, "the message was nacked before the reject delay: %v", err)
+	}
+	events := nacks.events()
+	require.Len(t, events, 2)
+	for _, e := range events {
+		require.Equal(t, "newcomer", e.Consumer)
+		require.Equal(t, "consumer_ids", e.Reason)
+		require.Equal(t, delay, e.Delay)
+		require.ErrorIs(t, e.Err, inbox.ErrConsumerIDsExhausted)
+	}
+	require.EqualValues(t, 1, calls.Load(), "the newcomer's handler never ran")
+
+	// The consumer registered before goes on, in the inbox that knows its id and in one that looks it up.
+	b.apply(t, registered, &calls, "evt-2")
+	b.apply(t, b.inbox(t, opts...), &calls, "evt-3", "evt-3")
+	require.EqualValues(t, 3, calls.Load())
+	require.EqualValues(t, 300, b.balance(t))
+	require.Len(t, nacks.events(), 2)
 }

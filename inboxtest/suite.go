@@ -50,4 +50,5 @@ var cases = []struct {
 	{"ForgetRemovesOneRowSoItsNextCopyIsAppliedAgain", forget},
 	{"RemembersReportsEachConsumer", remembers},
 	{"ReplicasRegisteringANewConsumerTogetherUseOneIDForIt", registeringANameDrawsOneID},
+	{"ANewConsumerBeyondTheTablesLastConsumerIDIsHeldBackAndTheOthersGoOn", exhaustedConsumerIDsHoldANewConsumerBack},
 }
