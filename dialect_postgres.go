@@ -59,6 +59,7 @@ type pgQueries struct {
 	memorySQL         string
 	statsConsumersSQL string
 	statsSizesSQL     string
+	statsIDsSQL       string
 	forgetSQL         string
 	forgetLeftoverSQL string
 
@@ -431,6 +432,18 @@ func newPGQueries(table string) *pgQueries {
 		statsSizesSQL: `SELECT now(), r IS NOT NULL, coalesce(pg_table_size(r), 0), coalesce(pg_indexes_size(r), 0),
 				coalesce(pg_total_relation_size(r), 0)
 			FROM to_regclass($1) r`,
+
+		// How many consumer ids the table has in all, and how many its identity has not handed out. The catalog
+		// row of the one sequence, not the pg_sequences view: the view reads the last value of every sequence of
+		// the database, and fails on one a concurrent DROP TABLE removes. The last value is read only by a role
+		// that may read the sequence, as the view does, and is NULL before the first value; the greatest id
+		// registered stands in for it then, which misses only ids that INSERTs drew and did not keep.
+		statsIDsSQL: q(`SELECT s.seqmax - s.seqmin + 1,
+				s.seqmax - coalesce(
+					CASE WHEN has_sequence_privilege(s.seqrelid, 'SELECT,USAGE') THEN pg_sequence_last_value(s.seqrelid) END,
+					(SELECT max(id) FROM {table}_consumers), s.seqmin - 1)
+			FROM pg_sequence s
+			WHERE s.seqrelid = pg_get_serial_sequence('{table}_consumers', 'id')::regclass`),
 
 		// Removes one row, with its produced messages, so the message can be applied again. A live lease is kept
 		// unless forced: deleting it would let the next copy claim the message and call out while the holder is
@@ -848,6 +861,13 @@ func (pg *postgres) Stats(ctx context.Context, tx driver.Executor, table string)
 		return st, err
 	}
 	st.Consumers, err = dialect.ScanConsumerStats(ctx, tx, q.statsConsumersSQL)
+	if err != nil {
+		return st, err
+	}
+	err = tx.QueryRow(ctx, q.statsIDsSQL).Scan(&st.ConsumerIDs, &st.ConsumerIDsLeft)
+	if errors.Is(err, driver.ErrNoRows) { // an id column without an identity, made by hand: nothing to count
+		err = nil
+	}
 	return st, err
 }
 

@@ -363,6 +363,9 @@ type Stats struct {
 	Exists                             bool
 	TableBytes, IndexBytes, TotalBytes int64
 	Consumers                          []ConsumerStats
+	// ConsumerIDs is how many consumer names the table can register in all, 0 when its rows carry the name and
+	// it has no such limit; ConsumerIDsLeft is how many of those it can still register.
+	ConsumerIDs, ConsumerIDsLeft int64
 }
 
 // ConsumerStats counts one consumer's rows by state; Oldest is zero when it has no row the cleanup may delete.

@@ -55,14 +55,19 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 	var consumers, rows int64
 	b.queryRow(t, `SELECT count(DISTINCT consumer), count(*) FROM `+b.d.View(b.table), nil, &consumers, &rows)
 	require.EqualValues(t, [2]int64{names, names * callers}, [2]int64{consumers, rows})
+	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+	require.NoError(t, err)
 
-	if b.d.ConsumerIDs == nil {
-		return // the rows carry the name: there is no id to draw
+	if b.d.ConsumerIDs == nil { // the rows carry the name: there is no id to draw, and no limit
+		require.Zero(t, st.ConsumerIDs)
+		return
 	}
 	var maxID, registered int64
 	b.queryRow(t, b.d.ConsumerIDs(b.table), nil, &maxID, &registered)
 	require.EqualValues(t, names, registered)
 	require.EqualValues(t, names, maxID, "a caller that lost the race to register a name drew an id all the same")
+	require.EqualValues(t, [2]int64{32767, 32767 - names}, [2]int64{st.ConsumerIDs, st.ConsumerIDsLeft},
+		"the identity handed out one id a name")
 }
 
 // nackRecorder keeps the events of the messages an inbox held back.
@@ -97,6 +102,9 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 		b.apply(t, b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...), &calls, "evt-1")
 		require.EqualValues(t, 2, calls.Load())
 		require.Empty(t, nacks.events())
+		st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+		require.NoError(t, err)
+		require.Zero(t, st.ConsumerIDs)
 		return
 	}
 	b.mustExec(t, b.d.ExhaustConsumerIDs(b.table))
@@ -127,4 +135,7 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 	require.EqualValues(t, 3, calls.Load())
 	require.EqualValues(t, 300, b.balance(t))
 	require.Len(t, nacks.events(), 2)
+	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.EqualValues(t, [2]int64{32767, 0}, [2]int64{st.ConsumerIDs, st.ConsumerIDsLeft})
 }
