@@ -29,6 +29,7 @@ type postgres struct {
 
 // pgQueries holds every query the inbox runs on one PostgreSQL inbox table.
 type pgQueries struct {
+	consumerFindSQL  string
 	consumerIDSQL    string
 	claimSQL         string
 	claimAtCommitSQL string
@@ -58,6 +59,7 @@ type pgQueries struct {
 	memorySQL         string
 	statsConsumersSQL string
 	statsSizesSQL     string
+	statsIDsSQL       string
 	forgetSQL         string
 	forgetLeftoverSQL string
 
@@ -90,6 +92,11 @@ const compactVersion = 7
 // crashed migrator cannot leave it held; PostgreSQL's DDL is transactional, so the whole migration, its record in
 // the versions table and the schema check commit or roll back together.
 const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
+
+// consumerLockSQL makes the registrations of new consumer names in one table take turns (consumerIDSQL says why).
+// A transaction-level advisory lock: it ends with the short registration transaction, whatever becomes of it, and
+// stays on one server connection behind a pooler in transaction mode.
+const consumerLockSQL = `SELECT pg_advisory_xact_lock($1)`
 
 // Catalog queries of the schema check. Each names its object through to_regclass, which resolves the name with
 // the connection's search_path as every inbox query does, and gives NULL, so no row, for a missing object instead
@@ -127,13 +134,18 @@ func newPGQueries(table string) *pgQueries {
 	}
 	return &pgQueries{
 
-		// Registers a consumer's name and returns its id (migrations/007_compact.up.sql), in a transaction of its
-		// own, once per consumer and process. It inserts only a name it did not find: an INSERT draws the next id
-		// from the identity sequence even when it conflicts, and the smallint ids would run out after 32,767
-		// process starts. Two processes registering one name at once are serialized by the unique index: the
-		// second waits for the first's commit and inserts nothing, and its SELECT, which reads the snapshot the
-		// statement began with, finds nothing either; the caller runs the statement again, and the new snapshot
-		// sees the first's row.
+		// A consumer's id, when its name is registered: what nearly every process start finds, with no lock.
+		consumerFindSQL: q(`SELECT id FROM {table}_consumers WHERE name = $1`),
+
+		// Registers a name that consumerFindSQL did not find, and returns its id (migrations/007_compact.up.sql),
+		// once per consumer and process. The ids are smallints, 32,767 per table, and an INSERT draws the next one
+		// from the identity sequence for every row it tries, conflicting or not; so it runs only after
+		// consumerLockSQL, which makes the registrations of one table take turns, and only for a name the statement
+		// finds missing. It is a statement of its own after the lock, so that under READ COMMITTED its snapshot,
+		// taken once the lock is held, sees the row of any registration that held the lock before: a process that
+		// lost the race finds that row and inserts nothing. ON CONFLICT stays for registrations that skip the
+		// lock (a process of an older version): one of those may insert the name between this statement's
+		// snapshot and its INSERT, which then returns no row, and the caller runs it again.
 		consumerIDSQL: q(`WITH known AS (
 				SELECT id FROM {table}_consumers WHERE name = $1
 			), registered AS (
@@ -421,6 +433,18 @@ func newPGQueries(table string) *pgQueries {
 				coalesce(pg_total_relation_size(r), 0)
 			FROM to_regclass($1) r`,
 
+		// How many consumer ids the table has in all, and how many its identity has not handed out. The catalog
+		// row of the one sequence, not the pg_sequences view: the view reads the last value of every sequence of
+		// the database, and fails on one a concurrent DROP TABLE removes. The last value is read only by a role
+		// that may read the sequence, as the view does, and is NULL before the first value; the greatest id
+		// registered stands in for it then, which misses only ids that INSERTs drew and did not keep.
+		statsIDsSQL: q(`SELECT s.seqmax - s.seqmin + 1,
+				s.seqmax - coalesce(
+					CASE WHEN has_sequence_privilege(s.seqrelid, 'SELECT,USAGE') THEN pg_sequence_last_value(s.seqrelid) END,
+					(SELECT max(id) FROM {table}_consumers), s.seqmin - 1)
+			FROM pg_sequence s
+			WHERE s.seqrelid = pg_get_serial_sequence('{table}_consumers', 'id')::regclass`),
+
 		// Removes one row, with its produced messages, so the message can be applied again. A live lease is kept
 		// unless forced: deleting it would let the next copy claim the message and call out while the holder is
 		// still calling, and the holder's own writes would then fail as if its lease had been taken over.
@@ -497,6 +521,8 @@ func (*postgres) Classify(err error) dialect.ErrorKind {
 	// invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
 	case code == "22P02" || code == "22021" || code == "54000":
 		return dialect.IDRefused
+	case code == "2200H": // sequence_generator_limit_exceeded: the consumers' smallint ids are all taken
+		return dialect.SequenceExhausted
 	// data exceptions, other limits, a check constraint
 	case strings.HasPrefix(code, "22") || strings.HasPrefix(code, "54") || code == "23514":
 		return dialect.ValueRefused
@@ -524,15 +550,23 @@ func sqlState(err error) string {
 // that would keep an unfinished claim.
 func (*postgres) JoinsSubscriberTx() bool { return true }
 
-// ConsumerID registers the consumer's name unless the consumers table has it, and returns its id. A name another
-// process is registering at the same moment is found by the next try (consumerIDSQL says why); three tries are
-// more than that needs.
+// ConsumerID returns the id of the consumer's name, registering the name when the consumers table lacks it, in one
+// short transaction: a lookup, and, for a name it did not find, the registration lock and consumerIDSQL. A name
+// that a process without the lock registers at the same moment is found by the next try (consumerIDSQL says why);
+// three tries are more than that needs.
 func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, consumer string) (int, error) {
-	query := pg.sql(table).consumerIDSQL
+	q := pg.sql(table)
 	for try := 0; try < 3; try++ {
 		var id int
 		err := inShortTx(ctx, pool, pg, func(tx driver.Tx) error {
-			return tx.QueryRow(ctx, query, consumer).Scan(&id)
+			err := tx.QueryRow(ctx, q.consumerFindSQL, consumer).Scan(&id)
+			if !errors.Is(err, driver.ErrNoRows) {
+				return err
+			}
+			if _, err := tx.Exec(ctx, consumerLockSQL, consumerLockKey(table)); err != nil {
+				return fmt.Errorf("lock the registration of consumers: %w", err)
+			}
+			return tx.QueryRow(ctx, q.consumerIDSQL, consumer).Scan(&id)
 		})
 		if err == nil {
 			return id, nil
@@ -827,6 +861,13 @@ func (pg *postgres) Stats(ctx context.Context, tx driver.Executor, table string)
 		return st, err
 	}
 	st.Consumers, err = dialect.ScanConsumerStats(ctx, tx, q.statsConsumersSQL)
+	if err != nil {
+		return st, err
+	}
+	err = tx.QueryRow(ctx, q.statsIDsSQL).Scan(&st.ConsumerIDs, &st.ConsumerIDsLeft)
+	if errors.Is(err, driver.ErrNoRows) { // an id column without an identity, made by hand: nothing to count
+		err = nil
+	}
 	return st, err
 }
 
@@ -921,6 +962,13 @@ func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.Mig
 func migrationLockKey(table string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("watermill-inbox:migrate:" + table))
+	return int64(h.Sum64())
+}
+
+// consumerLockKey derives the key of the table's registration lock as migrationLockKey derives the migration's.
+func consumerLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("watermill-inbox:consumers:" + table))
 	return int64(h.Sum64())
 }
 

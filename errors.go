@@ -49,6 +49,14 @@ var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
 // after the reject delay.
 var ErrProducedUnstorable = errors.New("inbox: produced messages cannot be stored")
 
+// ErrConsumerIDsExhausted reports a new consumer name that the inbox table cannot register because every consumer
+// id is taken: on PostgreSQL each row carries a smallint id of its consumer, 32,767 per table, and a registered
+// name keeps its id for good, running or not (Stats.ConsumerIDsLeft tells how many are left). Consumers registered
+// before keep working. The middleware nacks the new consumer's messages after the reject delay, never
+// dead-lettering them: give consumers fixed names instead of names made per process or deployment, and a new one a
+// table of its own (WithTable).
+var ErrConsumerIDsExhausted = errors.New("inbox: no consumer id left for a new consumer name")
+
 // ErrSchemaDrift reports inbox tables that exist but not in the shape the inbox needs: a column of another type, a
 // missing index, a disabled trigger, an inbox table dropped while its migrations table still records it. The error
 // names each difference. Migrate returns it, checking what it leaves behind, and changes nothing; the middleware

@@ -36,9 +36,14 @@ func (s *store) consumerID(ctx context.Context, consumer string) (int, error) {
 	}
 	id, err := s.d.ConsumerID(ctx, s.pool, s.table, consumer)
 	if err != nil {
-		if s.d.Classify(err) == dialect.NoTable {
+		switch s.d.Classify(err) {
+		case dialect.NoTable:
 			noteSchemaLost(s.table)
 			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: %w", consumer, s.table, ErrSchemaMissing, err)
+		case dialect.SequenceExhausted:
+			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: every id of %s_consumers is taken by a name "+
+				"registered before; give consumers fixed names, and this one a table of its own (WithTable): %w",
+				consumer, s.table, ErrConsumerIDsExhausted, s.table, err)
 		}
 		return 0, fmt.Errorf("inbox: register consumer %s: %w", consumer, poolerHint(s.d, err))
 	}

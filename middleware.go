@@ -187,15 +187,15 @@ type unusable struct{ error }
 func (u unusable) Unwrap() error { return u.error }
 
 // settle returns err for the router, once apply's transaction or savepoint is rolled back: an unusable message is
-// rejected (dead-lettered, or nacked after the reject delay), a missing table holds the message back for the reject
-// delay; anything else goes on as it is.
+// rejected (dead-lettered, or nacked after the reject delay), a missing table or a consumer name the table has no
+// id left for holds the message back for the reject delay; anything else goes on as it is.
 func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 	var u unusable
 	switch {
 	case errors.As(err, &u):
 		return i.reject(msg, consumer, u.error)
-	case errors.Is(err, ErrSchemaMissing):
-		return i.holdBack(msg, err) // the table went away under us: no fault of the message's, and no hot loop
+	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted):
+		return i.holdBack(msg, err) // a fault of the table's, not of the message's: no hot loop
 	}
 	return err
 }

@@ -171,7 +171,8 @@ type NackEvent struct {
 	// Reason is a short, bounded label, fit for a metric: one of DeadLetterEvent's reasons when the message could
 	// not be applied and there is no dead-letter topic; "dead_letter_failed" when publishing to it failed;
 	// "schema" when the inbox table is missing or not of the shape the inbox needs; "config" for a configuration
-	// fault, such as a handler name that cannot be a consumer name; "database" when checking the schema failed.
+	// fault, such as a handler name that cannot be a consumer name; "consumer_ids" when the table has no id left
+	// for a new consumer name (ErrConsumerIDsExhausted); "database" when checking the schema failed.
 	Reason string
 	// Delay is how long the message is held before the nack (the reject delay).
 	Delay time.Duration
@@ -358,6 +359,8 @@ func holdBackReason(err error) string {
 		return "config"
 	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrSchemaDrift):
 		return "schema"
+	case errors.Is(err, ErrConsumerIDsExhausted):
+		return "consumer_ids"
 	}
 	return "database"
 }

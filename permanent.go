@@ -13,6 +13,8 @@ var permanentErrors = []error{
 	ErrInvalidOption,      // an option, or the handler's name, cannot work: a fault of the configuration
 	ErrSchemaMissing,      // the table is gone: an operator (or the next delivery's migration) must mend it
 	ErrSchemaDrift,        // the table has another shape: an operator must mend it
+	// The table has no id left for the consumer's new name: only an operator, or another name or table, can help.
+	ErrConsumerIDsExhausted,
 }
 
 // IsPermanent reports whether err, as the middleware returns it, says that running the middleware again for the
@@ -28,8 +30,9 @@ var permanentErrors = []error{
 //
 // It is true for errors wrapping ErrMissingEventID, ErrInvalidEventID and ErrProducedUnstorable (the message can
 // never be applied), ErrAttemptsExhausted (lease mode ran out of attempts), and ErrNoConsumer, ErrInvalidOption,
-// ErrSchemaMissing and ErrSchemaDrift (the configuration or the schema is at fault, which a retry cannot mend; the
-// broker's redelivery finds the table again once it is mended, or migrated by WithAutoMigrate). It is false for
+// ErrSchemaMissing, ErrSchemaDrift and ErrConsumerIDsExhausted (the configuration or the schema is at fault, which a
+// retry cannot mend; the broker's redelivery finds the table again once it is mended, or migrated by
+// WithAutoMigrate). It is false for
 // ErrLeaseHeld and ErrLeaseLost, which another holder resolves, for the handler's own errors, and for nil.
 func IsPermanent(err error) bool {
 	if err == nil {

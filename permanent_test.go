@@ -20,7 +20,7 @@ func TestIsPermanent_NamesTheFaultsARetryCannotMend(t *testing.T) {
 	t.Parallel()
 	permanent := []error{
 		inbox.ErrMissingEventID, inbox.ErrInvalidEventID, inbox.ErrProducedUnstorable, inbox.ErrAttemptsExhausted,
-		inbox.ErrNoConsumer, inbox.ErrInvalidOption, inbox.ErrSchemaMissing, inbox.ErrSchemaDrift,
+		inbox.ErrNoConsumer, inbox.ErrInvalidOption, inbox.ErrSchemaMissing, inbox.ErrSchemaDrift, inbox.ErrConsumerIDsExhausted,
 	}
 	for _, err := range permanent {
 		require.True(t, inbox.IsPermanent(err), "%v", err)

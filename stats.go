@@ -27,6 +27,12 @@ type Stats struct {
 	IndexBytes int64
 	// TotalBytes is both (pg_total_relation_size).
 	TotalBytes int64
+	// ConsumerIDs is how many consumer names the table can register in all: 32,767 on PostgreSQL, whose rows carry
+	// a smallint id of their consumer; 0 on MySQL and MariaDB, whose rows carry the name and hold any number.
+	ConsumerIDs int64
+	// ConsumerIDsLeft is how many more names it can register, when ConsumerIDs is not 0. A registered name keeps its
+	// id for good, running or not; at 0 a new name is refused with ErrConsumerIDsExhausted.
+	ConsumerIDsLeft int64
 }
 
 // ConsumerStats counts one consumer's rows by state.
@@ -55,7 +61,7 @@ type ConsumerStats struct {
 }
 
 // ReadStats counts each consumer's rows by state, reads how far back each remembers (Remembers, in the same
-// transaction) and reads the table's size. It reads every row, so on a large
+// transaction), reads the table's size and how many consumer ids it has left. It reads every row, so on a large
 // inbox it takes seconds to minutes: it is for an operator (the CLI's stats command), not for a metrics scrape,
 // which has Remembers. It returns ErrSchemaMissing when the table does not exist.
 func ReadStats(ctx context.Context, db *sql.DB, opts ...Option) (Stats, error) {
@@ -80,7 +86,8 @@ func (d *Database) ReadStats(ctx context.Context, opts ...Option) (Stats, error)
 	var exists bool
 	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		ds, err := s.d.Stats(ctx, tx, c.table)
-		st = Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes}
+		st = Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes,
+			ConsumerIDs: ds.ConsumerIDs, ConsumerIDsLeft: ds.ConsumerIDsLeft}
 		exists = ds.Exists
 		if err != nil || !exists {
 			return err

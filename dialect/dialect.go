@@ -208,6 +208,9 @@ const (
 	// StatementMissing is a prepared statement the server does not know, or already knows under the driver's
 	// name: a driver that caches prepared statements, behind a transaction-pooling proxy.
 	StatementMissing
+	// SequenceExhausted is a sequence, or an identity column's counter, that handed out its last value: nothing
+	// that needs a new one (ConsumerID registering a name) can succeed until an operator acts.
+	SequenceExhausted
 )
 
 // Retryable reports whether a transaction that failed with k may run again.
@@ -360,6 +363,9 @@ type Stats struct {
 	Exists                             bool
 	TableBytes, IndexBytes, TotalBytes int64
 	Consumers                          []ConsumerStats
+	// ConsumerIDs is how many consumer names the table can register in all, 0 when its rows carry the name and
+	// it has no such limit; ConsumerIDsLeft is how many of those it can still register.
+	ConsumerIDs, ConsumerIDsLeft int64
 }
 
 // ConsumerStats counts one consumer's rows by state; Oldest is zero when it has no row the cleanup may delete.

@@ -82,6 +82,12 @@ type Dialect struct {
 	// DropInbox returns the statements that remove every object the inbox creates for the table named table
 	// (its side tables, functions, triggers), each one harmless when the object does not exist.
 	DropInbox func(table string) []string
+	// ConsumerIDs returns a query of one row: the greatest id the table's consumers carry and how many names it
+	// has registered. Nil for a database whose rows carry the consumer's name instead of an id.
+	ConsumerIDs func(table string) string
+	// ExhaustConsumerIDs returns the statement that hands out the last of the table's consumer ids, as thousands
+	// of registered names would, so that no new name can be registered. Nil when ConsumerIDs is.
+	ExhaustConsumerIDs func(table string) string
 }
 
 // PostgreSQL is the dialect of PostgreSQL, whatever the client library.
@@ -108,6 +114,12 @@ var PostgreSQL = Dialect{
 				table + `_consumers CASCADE`,
 			`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`,
 		}
+	},
+	ConsumerIDs: func(table string) string {
+		return `SELECT coalesce(max(id), 0), count(*) FROM ` + table + `_consumers`
+	},
+	ExhaustConsumerIDs: func(table string) string {
+		return `SELECT setval(pg_get_serial_sequence('` + table + `_consumers', 'id'), 32767)`
 	},
 }
 

@@ -51,4 +51,6 @@ var cases = []struct {
 	{"ReadStatsCountsEachConsumersRowsByState", readStats},
 	{"ForgetRemovesOneRowSoItsNextCopyIsAppliedAgain", forget},
 	{"RemembersReportsEachConsumer", remembers},
+	{"ReplicasRegisteringANewConsumerTogetherUseOneIDForIt", registeringANameDrawsOneID},
+	{"ANewConsumerBeyondTheTablesLastConsumerIDIsHeldBackAndTheOthersGoOn", exhaustedConsumerIDsHoldANewConsumerBack},
 }

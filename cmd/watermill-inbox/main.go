@@ -52,8 +52,9 @@ Commands:
   cleanup   Delete the rows older than --window (default 14d), in batches of --batch rows, until none is left.
             Unfinished lease-mode rows ('processing') are never deleted. Run it from cron; when several
             instances run it at once, one cleans and the others skip.
-  stats     Show, per consumer, the rows by state and how far back the inbox remembers, and the table's size
-            on disk. Reads the whole table: seconds per ten million rows.
+  stats     Show, per consumer, the rows by state and how far back the inbox remembers, the table's size on
+            disk, and how many new consumer names it can still register. Reads the whole table: seconds per
+            ten million rows.
   forget    Delete the row of one message (--consumer and --id), so its next copy is applied again. Prints
             what the row held.
   help      Show this text. 'watermill-inbox <command> -h' shows a command's flags.
@@ -348,7 +349,8 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 }
 
 func statsCommand(ctx context.Context, c *common, args []string, stdout, stderr io.Writer) int {
-	fs := c.flags("Shows the rows of each consumer by state, how far back each remembers, and the table's size.")
+	fs := c.flags("Shows the rows of each consumer by state, how far back each remembers, the table's size, and how\n" +
+		"many consumer ids are left for new consumer names.")
 	asJSON := fs.Bool("json", false, "print the stats as JSON (durations in seconds)")
 	var warn days
 	fs.Var(&warn, "warn-below", "exit 4 if a consumer remembers less than this (the longest redelivery of your sources); "+
@@ -396,6 +398,13 @@ func writeStats(w io.Writer, st inbox.Stats) {
 		fmt.Fprintf(w, " (%.0f bytes per row)", float64(st.TotalBytes)/float64(rows))
 	}
 	fmt.Fprintln(w)
+	if st.ConsumerIDs > 0 {
+		fmt.Fprintf(w, "consumer ids: %s of %s left\n", group(st.ConsumerIDsLeft), group(st.ConsumerIDs))
+		if st.ConsumerIDsLeft == 0 {
+			fmt.Fprint(w, "No new consumer name can be registered: its messages are held back. Give consumers fixed names,\n"+
+				"and new ones a table of their own.\n")
+		}
+	}
 	if len(st.Consumers) == 0 {
 		return
 	}
@@ -438,14 +447,20 @@ func writeStatsJSON(w io.Writer, st inbox.Stats) error {
 		RemembersSeconds float64 `json:"remembers_seconds"`
 	}
 	out := struct {
-		Table      string     `json:"table"`
-		Now        string     `json:"now"`
-		TableBytes int64      `json:"table_bytes"`
-		IndexBytes int64      `json:"index_bytes"`
-		TotalBytes int64      `json:"total_bytes"`
-		Consumers  []consumer `json:"consumers"`
+		Table      string `json:"table"`
+		Now        string `json:"now"`
+		TableBytes int64  `json:"table_bytes"`
+		IndexBytes int64  `json:"index_bytes"`
+		TotalBytes int64  `json:"total_bytes"`
+		// null when the table has no limit on consumer names
+		ConsumerIDs     *int64     `json:"consumer_ids"`
+		ConsumerIDsLeft *int64     `json:"consumer_ids_left"`
+		Consumers       []consumer `json:"consumers"`
 	}{Table: st.Table, Now: st.Now.UTC().Format(time.RFC3339Nano), TableBytes: st.TableBytes, IndexBytes: st.IndexBytes,
 		TotalBytes: st.TotalBytes, Consumers: []consumer{}}
+	if st.ConsumerIDs > 0 {
+		out.ConsumerIDs, out.ConsumerIDsLeft = &st.ConsumerIDs, &st.ConsumerIDsLeft
+	}
 	for _, cs := range st.Consumers {
 		c := consumer{Consumer: cs.Consumer, Rows: cs.Rows, Done: cs.Done, Failed: cs.Failed, Released: cs.Released,
 			Processing: cs.Processing, ExpiredLeases: cs.Expired, RemembersSeconds: cs.Age.Seconds()}

@@ -294,7 +294,8 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 	t.Run("StatsShowsConsumersStatesMemoryAndSize", func(t *testing.T) {
 		res := cli(t, append([]string{"stats"}, common...)...)
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Regexp(t, `^table `+table+`: 8 rows; heap .+, indexes .+, total .+ \(\d+ bytes per row\)\n`, res.stdout)
+		require.Regexp(t, `^table `+table+`: 8 rows; heap .+, indexes .+, total .+ \(\d+ bytes per row\)\n`+
+			`consumer ids: 32,764 of 32,767 left\n`, res.stdout, "three names registered")
 		// wallet-credits' oldest row is two days old, but it remembers back to the cleanup's cutoff, 14 days (up to
 		// a minute more: the cutoff is rounded down to processed_at's whole minutes); its quiet days between are
 		// remembered too. So does payments, which first claimed a month ago; newcomer, registered after the cutoff,
@@ -315,8 +316,10 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 		js := cli(t, append([]string{"stats", "--json"}, common...)...)
 		require.Equal(t, 0, js.code, js.stderr)
 		var st struct {
-			Table     string `json:"table"`
-			Consumers []struct {
+			Table           string `json:"table"`
+			ConsumerIDs     *int64 `json:"consumer_ids"`
+			ConsumerIDsLeft *int64 `json:"consumer_ids_left"`
+			Consumers       []struct {
 				Consumer       string     `json:"consumer"`
 				Rows           int64      `json:"rows"`
 				ExpiredLeases  int64      `json:"expired_leases"`
@@ -327,6 +330,9 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(js.stdout), &st))
 		require.Equal(t, table, st.Table)
+		require.NotNil(t, st.ConsumerIDs)
+		require.NotNil(t, st.ConsumerIDsLeft)
+		require.EqualValues(t, [2]int64{32767, 32764}, [2]int64{*st.ConsumerIDs, *st.ConsumerIDsLeft})
 		require.Len(t, st.Consumers, 3)
 		require.Equal(t, "newcomer", st.Consumers[0].Consumer)
 		require.Nil(t, st.Consumers[0].Oldest, "no row")
