@@ -269,7 +269,8 @@ func (c *viewConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldr
 	if b, ok := c.s.dc.(sqldriver.ConnBeginTx); ok {
 		tx, err = b.BeginTx(ctx, opts)
 	} else {
-		tx, err = c.s.dc.Begin() //nolint:staticcheck // a driver without BeginTx
+		//lint:ignore SA1019 a driver without BeginTx has only Begin
+		tx, err = c.s.dc.Begin()
 	}
 	if err != nil {
 		return nil, err
@@ -382,14 +383,16 @@ func (s *viewStmt) Close() error {
 func (s *viewStmt) Exec(args []sqldriver.Value) (sqldriver.Result, error) {
 	s.c.s.wire.Lock()
 	defer s.c.s.wire.Unlock()
-	res, err := s.Stmt.Exec(args) //nolint:staticcheck // a driver without StmtExecContext
+	//lint:ignore SA1019 a driver's statement without ExecContext has only Exec
+	res, err := s.Stmt.Exec(args)
 	return res, s.c.fail(err)
 }
 
 func (s *viewStmt) Query(args []sqldriver.Value) (sqldriver.Rows, error) {
 	s.c.s.wire.Lock()
 	defer s.c.s.wire.Unlock()
-	rows, err := s.Stmt.Query(args) //nolint:staticcheck // a driver without StmtQueryContext
+	//lint:ignore SA1019 a driver's statement without QueryContext has only Query
+	rows, err := s.Stmt.Query(args)
 	if err != nil {
 		return nil, s.c.fail(err)
 	}

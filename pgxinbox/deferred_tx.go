@@ -758,9 +758,6 @@ var (
 	_ driver.View = (*memberView)(nil)
 )
 
-// noFirst is the first of a view whose statements are never pipelined (a batch of one member).
-func noFirst(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
-
 func (v *memberView) Native() any { return v }
 func (v *memberView) Close()      {}
 
