@@ -21,8 +21,9 @@ type Database struct {
 }
 
 // On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
-// transaction that the inbox joins instead of beginning its own (see WithSubscriberTx): sqlv3inbox.Joiner for
-// watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. The package-level functions join none.
+// transaction that the inbox joins instead of beginning its own (see WithSubscriberTx): SQLv3Joiner for
+// watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. On joins only those it is given; the package-level functions
+// join v3's.
 func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
 	return OnDialect(Postgres, pool, joiners...)
 }
@@ -34,9 +35,10 @@ func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *D
 	return &Database{dialect: d, pool: pool, joiners: joiners}
 }
 
-// stdDatabase is the Database of the package-level functions: PostgreSQL over database/sql, joining no
-// subscriber's transaction.
-func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db)) }
+// stdDatabase is the Database of the package-level functions: PostgreSQL over database/sql, joining watermill-sql
+// v3's subscriber transaction. v4's is joined only through pgxinbox.SQLv4Joiner: its package compiles pgx into
+// every program that imports it.
+func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db), SQLv3Joiner()) }
 
 // joined returns the subscriber transaction in ctx that the inbox should join, if any.
 func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {

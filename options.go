@@ -202,8 +202,8 @@ func WithMaxIDLength(n int) Option { return func(c *config) { c.maxIDLength = n 
 func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.rejectDelay = d } }
 
 // WithSubscriberTx decides whether the inbox joins the transaction of watermill-sql's subscriber when the message
-// carries one (the default, true), through the Database's joiners (sqlv3inbox for v3, pgxinbox.SQLv4Joiner for
-// v4). Turn it off when that subscriber reads from another database than the inbox's: the inbox then opens its own
+// carries one (the default, true), through the Database's joiners (SQLv3Joiner for v3, which New and Middleware
+// join by default; pgxinbox.SQLv4Joiner for v4). Turn it off when that subscriber reads from another database than the inbox's: the inbox then opens its own
 // transaction on its own database. With it on, a message that carries such a transaction that no joiner finds is
 // held back with ErrInvalidOption rather than applied outside it.
 func WithSubscriberTx(join bool) Option {

@@ -19,7 +19,6 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
 )
 
 // The README's code, each snippet verbatim inside a function that gives it its surroundings, so that the compiler
@@ -87,8 +86,8 @@ func readmeRetryAndPoison(router *message.Router, db *sql.DB, pub message.Publis
 }
 
 func readmeSQLv3(router *message.Router, db *sql.DB, opts ...inbox.Option) (*inbox.Inbox, error) {
-	router.AddMiddleware(sqlv3inbox.Middleware(db)) // or inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner()).New(opts...)
-	return inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner()).New(opts...)
+	router.AddMiddleware(inbox.Middleware(db))                           // joins the subscriber's transaction
+	return inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner()).New(opts...) // the same, built by hand
 }
 
 var (

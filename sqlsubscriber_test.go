@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
@@ -25,7 +25,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		pub := newSQLPublisher(t, b.db)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
 		var calls, sameTx atomic.Int64
 		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			ours, _ := inbox.TxFromContext(msg.Context())
@@ -52,7 +52,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		topic := newSQLTopic(t, b.db)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		var calls atomic.Int64
 		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			if _, err := b.credit(100, &calls)(msg); err != nil {
@@ -80,7 +80,7 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 	topic := newSQLTopic(t, b.db)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 	var calls atomic.Int64
 	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 		if calls.Add(1) == 1 {
@@ -106,7 +106,7 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			t.Parallel()
 			b := newBundle(t)
 			topic := newSQLTopic(t, b.db)
-			mw := sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithSubscriberTx(join))
+			mw := inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithSubscriberTx(join))
 
 			first, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 			require.NoError(t, err)
@@ -139,8 +139,8 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 	}
 }
 
-// TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind: the root package does not join
-// watermill-sql's subscriber by itself (sqlv3inbox does). A message that carries that subscriber's transaction
+// TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind: a Database built with On and no
+// joiner does not join watermill-sql's subscriber (New and Middleware join v3's by default). A message that carries that subscriber's transaction
 // through an inbox that cannot join it is held back with ErrInvalidOption, never applied in a second transaction
 // the user did not choose; WithSubscriberTx(false) is that choice, and then the message is applied once.
 func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t *testing.T) {
@@ -155,8 +155,10 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 			topic := newSQLTopic(t, b.db)
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
-			router.AddMiddleware(inbox.Middleware(b.db, append([]inbox.Option{inbox.WithTable(b.table),
-				inbox.WithLogger(b.logs), inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...))
+			ib, err := inbox.On(driver.StdSQL(b.db)).New(append([]inbox.Option{inbox.WithTable(b.table),
+				inbox.WithLogger(b.logs), inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...)
+			require.NoError(t, err)
+			router.AddMiddleware(ib.Middleware)
 			var calls atomic.Int64
 			router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 				_, err := b.credit(100, &calls)(msg)
@@ -172,7 +174,7 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 				require.Zero(t, b.rows(t, "wallet-credits"))
 				logged := b.logs.find("cannot apply messages")[0]
 				require.ErrorIs(t, logged.err, inbox.ErrInvalidOption)
-				require.ErrorContains(t, logged.err, "sqlv3inbox")
+				require.ErrorContains(t, logged.err, "inbox.SQLv3Joiner")
 				return
 			}
 			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)

@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
 )
 
 func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
@@ -55,7 +54,7 @@ func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
 			return out, nil
 		}
 	})
-	router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 	var calls atomic.Int64
 	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 		if _, err := b.credit(100, nil)(msg); err != nil {
@@ -86,7 +85,7 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 	topic := newSQLTopic(t, b.db)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(sqlv3inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithConsumer("shared"), inbox.WithLogger(b.logs)))
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithConsumer("shared"), inbox.WithLogger(b.logs)))
 	var calls, failed atomic.Int64
 	for _, group := range []string{"a", "b"} {
 		router.AddConsumerHandler("credits-"+group, topic, newSQLSubscriber(t, b.db, group), func(msg *message.Message) error {
@@ -133,7 +132,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	out := &recordingPublisher{}
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(sqlv3inbox.Middleware(db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
 	cfg := sqlSubscriberConfig("wallet")
 	deadline := time.Second
 	cfg.AckDeadline = &deadline

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -39,15 +40,21 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 			ErrInvalidOption, quoteShort(handler), i.db.dialect.Name())
 	}
 	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, and the inbox has no joiner for its "+
-		"transaction: build the inbox with sqlv3inbox (watermill-sql v3) or with pgxinbox.SQLv4Joiner (v4) to apply "+
-		"each message in that transaction, or give WithSubscriberTx(false) to apply it in one of the inbox's own",
+		"transaction: build the inbox with inbox.New or inbox.Middleware (watermill-sql v3 over database/sql), or "+
+		"give inbox.On the joiner of the subscriber's version (inbox.SQLv3Joiner, pgxinbox.SQLv4Joiner for v4), to "+
+		"apply each message in that transaction; or give WithSubscriberTx(false) to apply it in one of the inbox's "+
+		"own, for a subscriber that reads from another database than the inbox's",
 		ErrInvalidOption, quoteShort(handler))
 }
 
 // carriesSQLSubscriberTx reports whether ctx holds the transaction watermill-sql's subscriber (v3 or v4) puts in
-// a message's context. Its key is of an unexported type that only that package can name; a context's String lists
-// the types of its keys and values, which is the one place the key shows without importing the package.
+// a message's context. v3's is found through its own TxFromContext. v4's key is of an unexported type of a package
+// this one does not import (it compiles pgx into every program that does); a context's String lists the types of
+// its keys and values, which is the one place that key shows.
 func carriesSQLSubscriberTx(ctx context.Context) bool {
+	if _, ok := wsql.TxFromContext(ctx); ok {
+		return true
+	}
 	s := fmt.Sprint(ctx)
 	for {
 		at := strings.Index(s, ".WithValue(sql.contextKey, ")

@@ -26,7 +26,6 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
-	"github.com/effectively-once/watermill-inbox/sqlv3inbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -173,7 +172,7 @@ func consumeTransport(c transportConsumerConfig) error {
 		ib, err = pgxinbox.New(pool, opts...)
 	case c.Variant.usesInbox():
 		// The inbox joins the subscriber transaction of watermill-sql v3 or v4, whichever the message carries.
-		ib, err = inbox.On(driver.StdSQL(db), sqlv3inbox.Joiner(), pgxinbox.SQLv4Joiner()).New(opts...)
+		ib, err = inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner(), pgxinbox.SQLv4Joiner()).New(opts...)
 	}
 	if err != nil {
 		return err
