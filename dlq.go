@@ -8,22 +8,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 )
 
-// Metadata keys set on a dead-lettered message. They are the keys of Watermill's PoisonQueue middleware, so tools
-// and people that already read poison queues read the inbox's dead letters the same way.
-const (
-	// ReasonKey holds why the message was dead-lettered.
-	ReasonKey = "reason_poisoned"
-	// TopicKey holds the topic the message was consumed from.
-	TopicKey = "topic_poisoned"
-	// HandlerKey holds the name of the handler that refused it.
-	HandlerKey = "handler_poisoned"
-	// SubscriberKey holds the name of the subscriber it came from.
-	SubscriberKey = "subscriber_poisoned"
-	// AttemptsKey holds, in lease mode, how many times the handler ran before the message was dead-lettered.
-	AttemptsKey = "attempts_poisoned"
-)
+// AttemptsKey is the metadata key that holds, on a message lease mode dead-lettered, how many times the handler ran.
+// The other keys of a dead letter are those of Watermill's PoisonQueue middleware (middleware.ReasonForPoisonedKey,
+// PoisonedTopicKey, PoisonedHandlerKey, PoisonedSubscriberKey), so tools and people that already read poison queues
+// read the inbox's dead letters the same way.
+const AttemptsKey = "attempts_poisoned"
 
 // reject disposes of a message the inbox cannot apply, so that it is neither applied without deduplication nor
 // dropped. With a dead-letter publisher the message is published there with the reason and then acked (nil);
@@ -52,10 +44,10 @@ func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error
 func (i *Inbox) deadLetter(msg *message.Message, cause error, extra map[string]string) error {
 	ctx := msg.Context()
 	dead := msg.Copy()
-	dead.Metadata.Set(ReasonKey, cause.Error())
-	dead.Metadata.Set(TopicKey, message.SubscribeTopicFromCtx(ctx))
-	dead.Metadata.Set(HandlerKey, message.HandlerNameFromCtx(ctx))
-	dead.Metadata.Set(SubscriberKey, message.SubscriberNameFromCtx(ctx))
+	dead.Metadata.Set(middleware.ReasonForPoisonedKey, cause.Error())
+	dead.Metadata.Set(middleware.PoisonedTopicKey, message.SubscribeTopicFromCtx(ctx))
+	dead.Metadata.Set(middleware.PoisonedHandlerKey, message.HandlerNameFromCtx(ctx))
+	dead.Metadata.Set(middleware.PoisonedSubscriberKey, message.SubscriberNameFromCtx(ctx))
 	for k, v := range extra {
 		dead.Metadata.Set(k, v)
 	}

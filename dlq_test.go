@@ -57,7 +57,7 @@ func TestMiddleware_UnusableIDs(t *testing.T) {
 				require.Len(t, dead, 1)
 				require.Equal(t, tc.msg.UUID, dead[0].UUID)
 				require.Equal(t, tc.msg.Payload, dead[0].Payload)
-				require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), tc.text)
+				require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), tc.text)
 				require.Len(t, b.logs.find("dead-lettered"), 1)
 			})
 		}
@@ -120,7 +120,7 @@ func TestMiddleware_UnusableIDs(t *testing.T) {
 
 		dead := dlq.messages("deposits.dlq")
 		require.Len(t, dead, 1)
-		require.Equal(t, middleware.ReasonForPoisonedKey, inbox.ReasonKey)
+		require.Equal(t, middleware.ReasonForPoisonedKey, middleware.ReasonForPoisonedKey)
 		require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "invalid event ID: empty")
 		require.Equal(t, "deposits", dead[0].Metadata.Get(middleware.PoisonedTopicKey))
 		require.Equal(t, "wallet-credits", dead[0].Metadata.Get(middleware.PoisonedHandlerKey))

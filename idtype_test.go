@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -72,7 +73,7 @@ func TestIDTypeUUID(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, calls.Load())
 		require.Len(t, dlq.messages("dlq"), 1)
-		require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(inbox.ReasonKey), `"evt-1" is not a UUID`)
+		require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(middleware.ReasonForPoisonedKey), `"evt-1" is not a UUID`)
 	})
 
 	t.Run("AnIDTheColumnRefusesIsDeadLetteredEvenWhenTheOptionIsMissing", func(t *testing.T) {
@@ -91,7 +92,7 @@ func TestIDTypeUUID(t *testing.T) {
 				require.NoError(t, err, "dead-lettered and acked, not nacked forever")
 				require.Zero(t, calls.Load())
 				require.Len(t, dlq.messages("dlq"), 1)
-				require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(inbox.ReasonKey), `"evt-1" is not a UUID`,
+				require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(middleware.ReasonForPoisonedKey), `"evt-1" is not a UUID`,
 					"the inbox learned the column's type and refused the ID before sending it")
 			})
 		}

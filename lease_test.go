@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -417,7 +418,7 @@ func TestLease_HandlerErrors(t *testing.T) {
 		dead := dlq.messages("payments.dlq")
 		require.Len(t, dead, 1)
 		require.Equal(t, "3", dead[0].Metadata.Get(inbox.AttemptsKey))
-		require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "attempts exhausted: 3 of 3, last error: insufficient funds #3")
+		require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "attempts exhausted: 3 of 3, last error: insufficient funds #3")
 		n, _ := obs.deadLetters.Load("attempts_exhausted")
 		require.EqualValues(t, 1, n.(*atomic.Int64).Load())
 		row := b.leaseRow(t, "evt-1")

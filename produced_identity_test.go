@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -164,7 +165,7 @@ func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop
 	require.Equal(t, 0, b.rows(t, "wallet-credits"))
 	dead := dlq.messages("deposits.dlq")
 	require.Len(t, dead, 1)
-	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "produced")
+	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "produced")
 }
 
 func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t *testing.T) {
@@ -186,5 +187,5 @@ func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t
 	require.Equal(t, "failed", b.stateOf(t, "wallet-credits", "pay-1"))
 	dead := dlq.messages("payments.dlq")
 	require.Len(t, dead, 1)
-	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "produced")
+	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "produced")
 }

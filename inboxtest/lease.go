@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -76,7 +77,7 @@ func leaseExhausted(t *testing.T, conn Conn) {
 	dead := dlq.Messages("payments.dlq")
 	require.Len(t, dead, 1)
 	require.Equal(t, "2", dead[0].Metadata.Get(inbox.AttemptsKey))
-	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), "attempts exhausted: 2 of 2, last error: insufficient funds")
+	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "attempts exhausted: 2 of 2, last error: insufficient funds")
 	state, attempts := b.row(t, "evt-1")
 	require.Equal(t, "failed", state)
 	require.EqualValues(t, 2, attempts)

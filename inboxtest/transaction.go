@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -192,5 +193,5 @@ func noEventIDIsDeadLettered(t *testing.T, conn Conn) {
 	require.Len(t, dead, 1)
 	require.Equal(t, msg.UUID, dead[0].UUID)
 	require.Equal(t, msg.Payload, dead[0].Payload)
-	require.Contains(t, dead[0].Metadata.Get(inbox.ReasonKey), `metadata key "event_id" is not set`)
+	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), `metadata key "event_id" is not set`)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -187,7 +188,7 @@ func TestDeadLetter_AMessageWithoutAnEventIDIsParked(t *testing.T) {
 	require.Zero(t, calls.Load())
 	parked := dlq.Messages("inbox.dlq")
 	require.Len(t, parked, 1)
-	require.NotEmpty(t, parked[0].Metadata.Get(inbox.ReasonKey))
+	require.NotEmpty(t, parked[0].Metadata.Get(middleware.ReasonForPoisonedKey))
 	require.Equal(t, 0, b.rows(t, "wallet-credits"))
 }
 
