@@ -78,6 +78,7 @@ type config struct {
 	batchSize       int           // 0: batch mode off
 	batchWait       time.Duration // how long a batch waits to fill while others run
 	batchRunning    int           // batches in flight at once
+	batchRunningSet bool
 	batchSet        bool
 	partitionPeriod time.Duration // 0: the inbox table is not managed as partitions
 	claimAtCommit   bool          // the claim goes with COMMIT (WithClaimAtCommit)
@@ -136,7 +137,8 @@ const DefaultBatchConcurrency = 1
 // of its batch, and after a bound the batches after it go on (see DefaultBatchConcurrency). A duplicate ends as
 // without batching, acked with the messages its first application produced; on PostgreSQL, MySQL and MariaDB the
 // batch's claim and one statement in its transaction end every duplicate of the batch, with no transaction of its
-// own. Messages joined to watermill-sql's subscriber and lease mode run as without batching; lease mode refuses
+// own. A message joined to watermill-sql's subscriber transaction (WithSubscriberTx, on by default) runs in that
+// transaction, as without batching: the subscriber commits it, so it cannot share a batch's. Lease mode refuses
 // this option.
 func WithBatch(maxWait time.Duration, maxSize int) Option {
 	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
@@ -166,8 +168,11 @@ func WithClaimAtCommit() Option { return func(c *config) { c.claimAtCommit = tru
 // more batches may hold a transaction, and so a connection, open while they wait for their turn, and run faster
 // for it with short handlers: a pool of more than n+7 connections lets them. On a pool whose limit the inbox can
 // read (database/sql's SetMaxOpenConns, a *pgxpool.Pool's MaxConns) fewer wait, so that two connections stay free
-// for what handlers take from the pool outside their transaction; on any other pool, give it n+9 or more.
-func WithBatchConcurrency(n int) Option { return func(c *config) { c.batchRunning = n } }
+// for what handlers take from the pool outside their transaction; on any other pool, give it n+9 or more. It needs
+// WithBatch: without it, New refuses it.
+func WithBatchConcurrency(n int) Option {
+	return func(c *config) { c.batchRunning, c.batchRunningSet = n, true }
+}
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").
 func WithIDMetadataKey(key string) Option { return func(c *config) { c.idKey = key } }
@@ -318,6 +323,9 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithClaimAtCommit: lease mode records its claim before the call out; leave out one of the two", ErrInvalidOption)
 	case c.claimAtCommit && c.batchSet:
 		return fmt.Errorf("%w: WithClaimAtCommit: batch mode claims its messages together, first; leave out one of the two", ErrInvalidOption)
+	case c.batchRunningSet && !c.batchSet:
+		return fmt.Errorf("%w: WithBatchConcurrency(%d) without WithBatch: it sets how many batches run at once; "+
+			"add WithBatch or leave it out", ErrInvalidOption, c.batchRunning)
 	case c.batchRunning < 1:
 		return fmt.Errorf("%w: WithBatchConcurrency(%d): want at least 1", ErrInvalidOption, c.batchRunning)
 	case c.partitionPeriod != 0 && (c.partitionPeriod < time.Minute || c.partitionPeriod%time.Minute != 0):

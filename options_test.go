@@ -27,6 +27,7 @@ func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
 		"AConsumerWithANULByte":          {inbox.WithConsumer("wallet\x00credits")},
 		"AConsumerThatIsNotUTF8":         {inbox.WithConsumer("wallet\xffcredits")},
 		"AConsumerPastTheLimit":          {inbox.WithConsumer(strings.Repeat("c", inbox.MaxConsumerLength+1))},
+		"BatchConcurrencyWithoutBatch":   {inbox.WithBatchConcurrency(2)},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {
