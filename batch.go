@@ -251,7 +251,7 @@ const batchesAhead = 7
 // A batch waiting for its turn holds a connection until the batches before it commit, and a handler of those that
 // takes a connection from the pool outside the transaction would otherwise wait for one of them for good.
 func (i *Inbox) batchesAhead() int {
-	limited, ok := i.db.pool.(interface{ MaxConns() int })
+	limited, ok := i.db.pool.(driver.PoolLimit)
 	if !ok || limited.MaxConns() <= 0 {
 		return batchesAhead
 	}
@@ -441,12 +441,12 @@ type batch struct {
 	solo bool
 	// pipe, when the transaction can pipeline (pgx's) and the batch has more than one member, sends the members'
 	// first statements together, and line orders the members on the connection instead of conn.
-	pipe pipeliner
+	pipe driver.Pipeliner
 	line line
 	// shared, over database/sql, gives each member a *sql.Tx of its own over the transaction (driver.SharedTx);
 	// solos, over pgx, the pgx.Tx of a batch of one. Both refuse the handler's Commit and Rollback.
 	shared driver.SharedTx
-	solos  pipeliner
+	solos  driver.Pipeliner
 	seats  atomic.Int32 // members that asked for their native transaction, numbering their savepoints
 
 	ready   chan struct{} // closed when the members may use the connection (formed, passTurn)
@@ -522,11 +522,11 @@ func (q *batchQueue) run(members []*member) {
 	}
 	b := &batch{i: i, q: q, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), members: len(claimed), solo: len(claimed) == 1,
 		done: make(chan struct{}), ready: make(chan struct{})}
-	if p, ok := tx.(pipeliner); ok && !b.solo {
+	if p, ok := tx.(driver.Pipeliner); ok && !b.solo {
 		b.pipe = p
 	}
 	b.shared, _ = tx.(driver.SharedTx)
-	b.solos, _ = tx.(pipeliner)
+	b.solos, _ = tx.(driver.Pipeliner)
 	if len(claimed) == 0 {
 		_ = tx.Rollback(ctx)
 		goAlone(members)
@@ -761,7 +761,7 @@ type memberTx struct {
 	start     time.Time // the handler's start
 	once      sync.Once
 	savepoint bool  // set: its effect can be rolled back alone
-	deferred  bool  // the savepoint waits to go with the member's first statement (see deferrer)
+	deferred  bool  // the savepoint waits to go with the member's first statement (see driver.Deferrer)
 	err       error // setting it failed
 	untouched bool  // the member finished without taking the connection
 
@@ -782,21 +782,11 @@ type memberTx struct {
 	told      bool // it heads the line and has its answer
 }
 
-// deferrer is a transaction that can hold a statement back and send it with its next one, in one round trip
-// (pgxinbox's). A member's savepoint goes that way: it costs no round trip of its own, and none at all when the
-// member runs no statement.
-type deferrer interface {
-	// DeferExec holds query, a statement without arguments, back until the next statement.
-	DeferExec(query string)
-	// EndDeferred reports whether the held-back statement ran and how; one still held back is dropped.
-	EndDeferred() (ran bool, err error)
-}
-
-// deferring is a transaction whose statements without arguments are held back by its deferrer: the dialect's
+// deferring is a transaction whose statements without arguments are held back by its driver.Deferrer: the dialect's
 // savepoint statement, given this, waits for the member's first statement.
 type deferring struct {
 	driver.Tx
-	d deferrer
+	d driver.Deferrer
 }
 
 func (e deferring) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -824,7 +814,7 @@ func (t *memberTx) hold(withSavepoint bool) {
 		<-t.b.ready
 		t.b.acquire(t)
 		if withSavepoint && !t.b.solo {
-			if d, ok := t.b.tx.(deferrer); ok {
+			if d, ok := t.b.tx.(driver.Deferrer); ok {
 				t.err = t.b.i.store.savepoint(t.b.ctx, deferring{t.b.tx, d}, dialect.SetSavepoint)
 				t.deferred = t.err == nil
 			} else {
@@ -843,7 +833,7 @@ func (t *memberTx) settle() {
 		return
 	}
 	t.deferred = false
-	ran, err := t.b.tx.(deferrer).EndDeferred()
+	ran, err := t.b.tx.(driver.Deferrer).EndDeferred()
 	switch {
 	case !ran:
 		t.savepoint = false
@@ -956,21 +946,6 @@ func (t *memberTx) Rollback(context.Context) error { return errBatchTxOwned }
 //
 // A member whose handler never runs a statement takes no place in the line. The pipeline runs on the batch's
 // context, as its commit does: a member's own context does not cancel the statements of the others.
-
-// pipeliner is a transaction that runs several batch members' first statements in one round trip, each after a
-// savepoint of its own (pgxinbox's).
-type pipeliner interface {
-	// ExecPipelined runs, in one round trip and in order, for each k a savepoint named after seats[k] and then
-	// sqls[k] with args[k]; it sets results[k] and errs[k] to the statement's outcome, and returns how many
-	// savepoints were set: after a statement that fails nothing more runs, so that one's is the last. An error of
-	// its own means that the transaction can no longer be trusted.
-	ExecPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error)
-	// RollbackToSeat rolls back to the newest savepoint ExecPipelined set for seat.
-	RollbackToSeat(ctx context.Context, seat int) error
-	// MemberView returns the native transaction a member's handler gets. Its statements with arguments call first,
-	// which runs one (ran) when it is the member's first; every other use calls take first.
-	MemberView(first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) driver.View
-}
 
 // line orders the members of a pipelining batch on its connection.
 type line struct {

@@ -26,10 +26,10 @@ type ownView struct {
 }
 
 // withOwnView returns ctx with the view of tx that a handler in batch mode gets, when the adapter gives views:
-// database/sql's (driver.SharedTx) and pgx's (a pipeliner).
+// database/sql's (driver.SharedTx) and pgx's (a driver.Pipeliner).
 func withOwnView(ctx context.Context, tx driver.Tx) context.Context {
 	switch tx.(type) {
-	case driver.SharedTx, pipeliner:
+	case driver.SharedTx, driver.Pipeliner:
 		return context.WithValue(ctx, viewKey, &ownView{tx: tx})
 	}
 	return ctx
@@ -42,7 +42,7 @@ func (v *ownView) get(ctx context.Context) any {
 			if view, err := tx.View(ctx); err == nil {
 				v.native = view.Native()
 			}
-		case pipeliner:
+		case driver.Pipeliner:
 			v.native = tx.MemberView(noFirst, func() {}).Native()
 		}
 	})

@@ -116,3 +116,62 @@ type CommitWithPool interface {
 type Joiner interface {
 	Joined(ctx context.Context) (Tx, bool)
 }
+
+// PoolLimit is implemented by a Pool that can tell its limit of open connections (database/sql's SetMaxOpenConns,
+// a *pgxpool.Pool's MaxConns). Batch mode keeps fewer batches waiting on a limited pool, so that two connections
+// stay free for what handlers take from the pool outside their transaction.
+type PoolLimit interface {
+	// MaxConns is the limit, 0 for none.
+	MaxConns() int
+}
+
+// Deferrer is implemented by a Tx that can hold a statement back and send it with its next one, in one round trip
+// (pgxinbox's). A batch member's savepoint goes that way: it costs no round trip of its own, and none at all when
+// the member runs no statement.
+type Deferrer interface {
+	// DeferExec holds query, a statement without arguments, back until the next statement.
+	DeferExec(query string)
+	// EndDeferred reports whether the held-back statement ran and how; one still held back is dropped.
+	EndDeferred() (ran bool, err error)
+}
+
+// Pipeliner is implemented by a Tx that runs several batch members' first statements in one round trip, each after
+// a savepoint of its own (pgxinbox's), and gives each member's handler a View of its own.
+type Pipeliner interface {
+	// ExecPipelined runs, in one round trip and in order, for each k a savepoint named after seats[k] and then
+	// sqls[k] with args[k]; it sets results[k] and errs[k] to the statement's outcome, and returns how many
+	// savepoints were set: after a statement that fails nothing more runs, so that one's is the last. An error of
+	// its own means that the transaction can no longer be trusted.
+	ExecPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error)
+	// RollbackToSeat rolls back to the newest savepoint ExecPipelined set for seat.
+	RollbackToSeat(ctx context.Context, seat int) error
+	// MemberView returns the view a member's handler gets. Its statements with arguments call first, which runs
+	// one (ran) when it is the member's first; every other use calls take first.
+	MemberView(first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) View
+}
+
+// SharedPool is implemented by a Pool that can begin a transaction whose handlers' views refuse Commit and
+// Rollback (batch mode's): the adapter over database/sql can.
+type SharedPool interface {
+	BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error)
+}
+
+// SharedTx is a transaction shared by several handlers, each through a View of its own.
+type SharedTx interface {
+	Tx
+	// View returns a new view of the transaction for one handler. The transaction closes its views when it ends.
+	View(ctx context.Context) (View, error)
+}
+
+// View is one handler's view of a transaction it shares (a batch member's).
+type View interface {
+	// Native is the library's transaction the handler gets (*sql.Tx, pgx.Tx): its statements run in the shared
+	// transaction, and its Commit and Rollback return ErrTxShared.
+	Native() any
+	// Failed returns the first error a statement run through the view returned, or nil. On PostgreSQL such an error
+	// leaves the shared transaction aborted unless the handler rolled back to a savepoint of its own: the caller
+	// finds out which with a statement of its own.
+	Failed() error
+	// Close ends the view, waiting for a statement it runs: the handler can no longer use it.
+	Close()
+}

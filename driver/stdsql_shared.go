@@ -22,32 +22,6 @@ import (
 // adds a lock of its own so that a handler that goes on using its view after it returned cannot interleave with
 // another's statement on the wire.
 
-// SharedPool is implemented by a Pool that can begin a transaction whose handlers' views refuse Commit and
-// Rollback (batch mode's): the adapter over database/sql can.
-type SharedPool interface {
-	BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error)
-}
-
-// SharedTx is a transaction shared by several handlers, each through a View of its own.
-type SharedTx interface {
-	Tx
-	// View returns a new view of the transaction for one handler. The transaction closes its views when it ends.
-	View(ctx context.Context) (View, error)
-}
-
-// View is one handler's view of a transaction it shares (a batch member's).
-type View interface {
-	// Native is the library's transaction the handler gets (*sql.Tx, pgx.Tx): its statements run in the shared
-	// transaction, and its Commit and Rollback return ErrTxShared.
-	Native() any
-	// Failed returns the first error a statement run through the view returned, or nil. On PostgreSQL such an error
-	// leaves the shared transaction aborted unless the handler rolled back to a savepoint of its own: the caller
-	// finds out which with a statement of its own.
-	Failed() error
-	// Close ends the view, waiting for a statement it runs: the handler can no longer use it.
-	Close()
-}
-
 // BeginShared begins a shared transaction on a connection of p's (SharedPool).
 func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error) {
 	conn, err := p.db.Conn(ctx)
@@ -110,6 +84,7 @@ type sharedTx struct {
 
 var (
 	_ SharedPool          = stdPool{}
+	_ PoolLimit           = stdPool{}
 	_ SharedTx            = (*sharedTx)(nil)
 	_ sqldriver.Connector = (*sharedTx)(nil)
 )

@@ -22,6 +22,16 @@ type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
+// The contracts of the inbox's batch mode and claim at commit that pgxinbox's pool and transaction keep: a method
+// renamed here fails the build instead of switching pipelining off.
+var (
+	_ driver.PoolLimit      = pool{}
+	_ driver.CommitWithPool = pool{}
+	_ driver.Pipeliner      = (*deferredView)(nil)
+	_ driver.Deferrer       = (*deferredView)(nil)
+	_ driver.CommitWither   = (*deferredView)(nil)
+)
+
 // Pool returns the inbox's view of p: every transaction the inbox begins, it begins on p.
 func Pool(p Beginner) driver.Pool {
 	maxConns := 0
