@@ -86,8 +86,8 @@ func readmeRetryAndPoison(router *message.Router, db *sql.DB, pub message.Publis
 }
 
 func readmeSQLv3(router *message.Router, db *sql.DB, opts ...inbox.Option) (*inbox.Inbox, error) {
-	router.AddMiddleware(inbox.Middleware(db))                           // joins the subscriber's transaction
-	return inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner()).New(opts...) // the same, built by hand
+	router.AddMiddleware(inbox.Middleware(db)) // or inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner()).New(opts...)
+	return inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner()).New(opts...)
 }
 
 var (
