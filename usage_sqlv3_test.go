@@ -130,10 +130,11 @@ func TestTheCardsLineJoinsWatermillSQLv3sSubscriberInAFreshModule(t *testing.T) 
 	require.NotContains(t, strings.ToLower(string(out)), "error")
 }
 
-// freshModule writes files into a new module that requires this checkout of the library, and returns its
-// directory, the go command and the environment to run it in: no workspace, modules from this machine's cache
-// first (a file proxy), then the usual proxy.
-func freshModule(t *testing.T, files map[string]string) (dir, goBin string, env []string) {
+// freshModule writes files into a new module that requires this checkout of the library, tidies it, and returns
+// its directory, the go command and the environment to run it in: no workspace, modules from this machine's cache
+// first (a file proxy), then the usual proxy, and extra. go.sum is the library's, so tidy needs no checksum
+// database.
+func freshModule(t *testing.T, files map[string]string, extra ...string) (dir, goBin string, env []string) {
 	t.Helper()
 	repo, err := filepath.Abs(".")
 	require.NoError(t, err)
@@ -150,7 +151,7 @@ func freshModule(t *testing.T, files map[string]string) (dir, goBin string, env 
 	goBin, err = exec.LookPath("go")
 	require.NoError(t, err, "go must be on PATH")
 	proxy := "file://" + filepath.Join(goEnv(t, goBin, "GOMODCACHE"), "cache", "download") + "," + goEnv(t, goBin, "GOPROXY")
-	env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY="+proxy)
+	env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOSUMDB=off", "GOPROXY="+proxy), extra...)
 	tidy := exec.Command(goBin, "mod", "tidy")
 	tidy.Dir, tidy.Env = dir, env
 	out, err := tidy.CombinedOutput()

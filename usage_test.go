@@ -39,40 +39,22 @@ func main() {
 
 func TestOneLineUsageCompilesInAFreshModuleAndStaysLean(t *testing.T) {
 	t.Parallel()
-	repo, err := filepath.Abs(".")
-	require.NoError(t, err)
-	goSum, err := os.ReadFile("go.sum")
-	require.NoError(t, err)
-
-	dir := t.TempDir()
-	// The user's module points the library at this checkout; go.sum is the library's, so tidy finds every
-	// checksum it needs without asking the checksum database.
-	userMod := "module example.com/wallet\n\ngo 1.24\n\nrequire github.com/effectively-once/watermill-inbox v0.0.0\n\n" +
-		"replace github.com/effectively-once/watermill-inbox => " + repo + "\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(userMod), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), goSum, 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(freshModuleMain), 0o644))
-
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "go must be on PATH")
 	// An empty module cache of the user's own: after tidy and build it holds exactly what they made the go command
-	// fetch. Modules come from this machine's cache first (file proxy), then from the usual proxy.
+	// fetch.
 	modCache := filepath.Join(t.TempDir(), "modcache")
-	proxy := "file://" + filepath.Join(goEnv(t, goBin, "GOMODCACHE"), "cache", "download") + "," + goEnv(t, goBin, "GOPROXY")
+	t.Cleanup(func() {
+		cmd := exec.Command("go", "clean", "-modcache")
+		cmd.Env = append(os.Environ(), "GOMODCACHE="+modCache)
+		_ = cmd.Run()
+	})
+	dir, goBin, env := freshModule(t, map[string]string{"main.go": freshModuleMain}, "GOMODCACHE="+modCache)
 	run := func(args ...string) string {
 		cmd := exec.Command(goBin, args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOMODCACHE="+modCache, "GOPROXY="+proxy)
+		cmd.Dir, cmd.Env = dir, env
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go %v:\n%s", args, out)
 		return string(out)
 	}
-	t.Cleanup(func() {
-		cmd := exec.Command(goBin, "clean", "-modcache")
-		cmd.Env = append(os.Environ(), "GOMODCACHE="+modCache)
-		_ = cmd.Run()
-	})
-	run("mod", "tidy")
 	run("build", "-o", filepath.Join(dir, "wallet"), ".")
 
 	// The card's user stays lean: what only pgx, MySQL, OpenTelemetry or the examples need lives in modules of its
