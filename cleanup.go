@@ -16,7 +16,7 @@ import (
 const (
 	// DefaultRetention is how long Cleanup and the Cleaner keep a row after its last state change unless
 	// CleanupParams.Retention says otherwise: a week of redelivery (a default Kafka topic, Pub/Sub's unacked
-	// messages, GitHub's redeliveries) plus a week of margin. docs/retention.md has the sources' windows; a
+	// messages, GitHub's redeliveries) plus a week of margin. docs/guides/retention.md has the sources' windows; a
 	// Stripe resend from the Dashboard (15 days) or the CLI (30), or a Pub/Sub seek (31), needs more.
 	DefaultRetention = 14 * 24 * time.Hour
 
@@ -52,7 +52,7 @@ type CleanupParams struct {
 	// Pause is how long to wait after each batch that deleted rows, to let replicas and autovacuum keep up on a
 	// first cleanup of a large backlog. When zero, the default, the round rests after each such batch five times
 	// as long as the batch took (DefaultCleanupRest): a batch's deletes are WAL that every claim's commit beside
-	// it waits to flush, and the rests spread them out (docs/cleanup-latency.md measures both). Give a pause of
+	// it waits to flush, and the rests spread them out (docs/results/cleanup-latency.md measures both). Give a pause of
 	// your own to be gentler, or 1ns to run flat out. Must not be negative.
 	Pause time.Duration
 
@@ -446,7 +446,7 @@ type CleanerConfig struct {
 	// (1 hour); at least one second.
 	Interval time.Duration
 
-	// Window is the longest redelivery among the consumers' sources (docs/retention.md has a table): how far back
+	// Window is the longest redelivery among the consumers' sources (docs/guides/retention.md has a table): how far back
 	// the inbox must remember. When set, the Cleaner checks after each round it ran how far back each consumer
 	// remembers (Remembers), and logs ErrShortMemory for a consumer it saw covering the window before and no
 	// longer does. Defaults to zero, which turns the check off. It must be shorter than Retention: rounds run at

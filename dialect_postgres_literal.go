@@ -30,7 +30,7 @@ import (
 // writes) go further when the transaction can tell its connection (driver.SessionState): the dialect prepares each
 // once on the connection's session with SQL's PREPARE, and then
 // sends EXECUTE with the literals, still one simple query, which the server neither parses nor plans anew
-// (docs/throughput.md measures what that saves). The PREPARE goes in the first transaction that needs it, and
+// (docs/results/performance.md measures what that saves). The PREPARE goes in the first transaction that needs it, and
 // stays on the session whatever that transaction's end. Each connection's name for it is its own, random, so that
 // no session runs a statement some other connection prepared on it, for another table or search_path, even behind
 // a pooler that shares sessions among connections. Behind a pooler in transaction mode a later transaction can

@@ -111,7 +111,7 @@ const MaxBatchSize = 64
 // of every row its handlers wrote until its one commit, and its handlers write in the order they reach the
 // transaction: two batches whose handlers update the same rows (a few hot accounts) deadlock, which PostgreSQL
 // breaks only after deadlock_timeout (1 s), failing one handler. With 100 hot accounts, 4 batches at once ran at
-// 0.08 to 0.24 of per-message mode; one at a time, 0.66 to 1.75 (docs/throughput.md). A batch holds the turn until
+// 0.08 to 0.24 of per-message mode; one at a time, 0.66 to 1.75 (docs/results/performance.md). A batch holds the turn until
 // its last handler returns, except that once it has held it for 10 ms (or four times the handlers' usual work
 // before their first statement, when that is longer) it gives it up as soon as none of its members uses or waits
 // for its connection while some still work outside the database; a message that goes alone gives it up at that

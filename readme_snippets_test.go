@@ -21,9 +21,9 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// The README's code, each snippet verbatim inside a function that gives it its surroundings, so that the compiler
-// checks it; TestREADME_EverySnippetIsCompiledCode checks that each snippet is here or in another module's file of
-// the same kind. The functions are compiled, never called.
+// The code of the README and of the guides in docs/guides, each snippet verbatim inside a function that gives it
+// its surroundings, so that the compiler checks it; TestREADME_EverySnippetIsCompiledCode checks that each snippet
+// is here or in another module's file of the same kind. The functions are compiled, never called.
 
 func readmeCardLine(router *message.Router, db *sql.DB) {
 	router.AddMiddleware(inbox.Middleware(db))
@@ -100,16 +100,26 @@ var (
 	_ = readmeSQLv3
 )
 
-// TestREADME_EverySnippetIsCompiledCode finds each Go snippet of the README, line for line (spacing aside), in a
-// Go file of this repository: here, or beside the modules the snippet needs (pgxinbox, mysqlinbox, prommetrics,
-// the example). Those files compile in the README's test command, so a snippet that stops compiling, or that
-// drifts from the code that does, fails here.
+// TestREADME_EverySnippetIsCompiledCode finds each Go snippet of the README and of the guides in docs/guides, line
+// for line (spacing aside), in a Go file of this repository: here, or beside the modules the snippet needs
+// (pgxinbox, mysqlinbox, prommetrics, the example). Those files compile in the README's test command, so a snippet
+// that stops compiling, or that drifts from the code that does, fails here.
 func TestREADME_EverySnippetIsCompiledCode(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("README.md")
+	guides, err := filepath.Glob(filepath.Join("docs", "guides", "*.md"))
 	require.NoError(t, err)
-	snippets := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	require.GreaterOrEqual(t, len(snippets), 10, "the README's Go snippets")
+	goBlock := regexp.MustCompile("(?s)```go\n(.*?)```")
+	var snippets [][]string
+	for _, page := range append([]string{"README.md"}, guides...) {
+		text, err := os.ReadFile(page)
+		require.NoError(t, err)
+		found := goBlock.FindAllStringSubmatch(string(text), -1)
+		if page == "README.md" {
+			require.GreaterOrEqual(t, len(found), 4, "the README's Go snippets")
+		}
+		snippets = append(snippets, found...)
+	}
+	require.GreaterOrEqual(t, len(snippets), 12, "the Go snippets of the README and the guides")
 
 	var sources [][]string
 	require.NoError(t, filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -131,7 +141,7 @@ func TestREADME_EverySnippetIsCompiledCode(t *testing.T) {
 				break
 			}
 		}
-		require.True(t, found, "no Go file holds this README snippet, so nothing compiles it:\n%s", s[1])
+		require.True(t, found, "no Go file holds this snippet of the README or a guide, so nothing compiles it:\n%s", s[1])
 	}
 }
 
@@ -167,3 +177,30 @@ func readmeBatch(router *message.Router, db *sql.DB, sub message.Subscriber, par
 }
 
 var _ = readmeBatch
+
+func guideRetentionCleaner(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapter, metrics inbox.Observer) error {
+	cleaner, err := inbox.NewCleaner(db, inbox.CleanerConfig{
+		CleanupParams: inbox.CleanupParams{Retention: 38 * 24 * time.Hour},
+		Window:        31 * 24 * time.Hour, // the longest redelivery of our sources: Pub/Sub seek
+	}, inbox.WithLogger(logger), inbox.WithObserver(metrics))
+	if err != nil {
+		return err
+	}
+	go cleaner.Run(ctx) // returns when ctx is cancelled
+	return nil
+}
+
+func guideRetentionPartitions(ctx context.Context, db *sql.DB) error {
+	opts := []inbox.Option{inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(24 * time.Hour)}
+	if err := inbox.Migrate(ctx, db, opts...); err != nil { // a new table only: an existing one is not repartitioned
+		return err
+	}
+	cleaner, err := inbox.NewCleaner(db, inbox.CleanerConfig{CleanupParams: inbox.CleanupParams{Retention: 14 * 24 * time.Hour}}, opts...)
+	_ = cleaner
+	return err
+}
+
+var (
+	_ = guideRetentionCleaner
+	_ = guideRetentionPartitions
+)

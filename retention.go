@@ -44,7 +44,7 @@ func (m ConsumerMemory) Covers(window time.Duration) bool { return m.Age >= wind
 //
 // A consumer that started less than the window ago remembers less than the window, and no table can tell it from
 // a consumer whose history was deleted too early: compare Age with the window only for consumers you know are
-// older, or alert on a drop (docs/retention.md). The Cleaner does the latter.
+// older, or alert on a drop (docs/guides/retention.md). The Cleaner does the latter.
 func Remembers(ctx context.Context, db *sql.DB, opts ...Option) ([]ConsumerMemory, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: Remembers: db is nil", ErrInvalidOption)
@@ -85,7 +85,7 @@ func (s *opsStore) remembers(ctx context.Context, pool driver.Pool) ([]ConsumerM
 // raises the alarm only for a consumer it has seen covering the window before: a consumer that started less than
 // the window ago remembers less than the window too, and is no fault. A consumer seen short from the start is
 // noted once at info level instead, since it may also be one whose history was cut before this process started;
-// the oldest-row age metric, kept by Prometheus across restarts, catches that case (docs/retention.md).
+// the oldest-row age metric, kept by Prometheus across restarts, catches that case (docs/guides/retention.md).
 type memoryWatch struct {
 	window  time.Duration
 	mu      sync.Mutex

@@ -103,7 +103,7 @@ func (r schemaReport) err(table string) error {
 		return fmt.Errorf("%w: table %s, and WithAutoMigrate is off", ErrSchemaMissing, table)
 	case r.outdated:
 		return fmt.Errorf("%w: table %s has the layout of an older version of the inbox: run inbox.Migrate, which "+
-			"moves its rows to the current layout and keeps every one (docs/storage.md says what it locks, and for how long)",
+			"moves its rows to the current layout and keeps every one (docs/results/storage.md says what it locks, and for how long)",
 			ErrSchemaDrift, table)
 	case len(r.absent) > 0 || len(r.wrong) > 0:
 		return fmt.Errorf("%w: %s", ErrSchemaDrift, strings.Join(append(append([]string(nil), r.wrong...), r.absent...), "; "))

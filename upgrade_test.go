@@ -44,7 +44,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	t.Cleanup(func() { dropInboxTables(db, table) })
 	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(idType)}
 	if partitioned {
-		// As docs/retention.md showed it for the earlier layout: the parent created by hand before Migrate, by
+		// As docs/guides/retention.md showed it for the earlier layout: the parent created by hand before Migrate, by
 		// ranges of message_id, with a default partition.
 		for _, stmt := range []string{
 			`CREATE TABLE ` + table + ` (processed_at timestamptz NOT NULL DEFAULT now(), consumer text NOT NULL,

@@ -127,7 +127,7 @@ func (b *latencyBench) expectNoExpired(ctx context.Context, table string) error 
 }
 
 // latencyPeriodStart, latencyPartitionName and latencyUUID7Floor are how the library names and bounds the
-// partitions of WithPartitions (docs/retention.md): periods counted from the Unix epoch, a partition named by its
+// partitions of WithPartitions (docs/guides/retention.md): periods counted from the Unix epoch, a partition named by its
 // start in UTC to the minute, bounded by the least UUIDv7 of its start's and its end's millisecond.
 func latencyPeriodStart(t time.Time) time.Time {
 	ms, p := t.UnixMilli(), latencyPartitionPeriod.Milliseconds()

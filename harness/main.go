@@ -412,7 +412,7 @@ func throughputCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
 	cf.register(fs, 5, killTimeouts)
 	// Spread the credits over many accounts, so that the measurement is of the consumers, not of row locks: with the
-	// other commands' 100, concurrent batches deadlock on them from 32 in flight (docs/throughput.md). --accounts 100
+	// other commands' 100, concurrent batches deadlock on them from 32 in flight (docs/results/performance.md). --accounts 100
 	// measures that.
 	cf.env.Accounts = throughputAccounts
 	fs.Lookup("accounts").DefValue = strconv.Itoa(throughputAccounts)

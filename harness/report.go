@@ -219,7 +219,7 @@ func niceStep(raw float64) float64 {
 }
 
 // The article's kill table (its medians and ranges over 5 runs of 20 kills), beside the variant of ours that
-// fails the same way: see docs/results.md for why each pair is matched.
+// fails the same way: see docs/results/faults.md for why each pair is matched.
 type articleKill struct {
 	label           string
 	dup, lost       spread

@@ -16,7 +16,7 @@ import (
 )
 
 const storageCompactUsage = `harness storage-compact: bytes per row of compact inbox layouts beside today's table, and how a BRIN
-cleanup index behaves (docs/storage-compact.md).
+cleanup index behaves (docs/results/storage-compact.md).
 
 --parts picks what runs:
 
@@ -97,7 +97,7 @@ CREATE INDEX "{table}_processed_at" ON "{table}" (consumer_id, processed_at) WHE
 	},
 }
 
-// compactRecommended is the layout the cleanup, reuse and claims parts run on, the one docs/storage-compact.md
+// compactRecommended is the layout the cleanup, reuse and claims parts run on, the one docs/results/storage-compact.md
 // recommends.
 const compactRecommended = "minutes"
 

@@ -32,7 +32,7 @@ Flags:
 // defaultMySQLDSN is the MariaDB the harness measures unless told otherwise, the same default as mysqlinbox's tests.
 const defaultMySQLDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
 
-// storagePostgresText is this library's table on PostgreSQL 15 with text IDs, from docs/storage.md (median of 5
+// storagePostgresText is this library's table on PostgreSQL 15 with text IDs, from docs/results/storage.md (median of 5
 // runs of 1,000,000 rows after VACUUM ANALYZE): heap, primary key, cleanup index, total.
 var storagePostgresText = struct{ Heap, PKey, Cleanup, Total float64 }{101.1, 101.3, 40.6, 243.1}
 
@@ -254,7 +254,7 @@ func storageMySQLMedian(ss []mysqlSizes) mysqlSizes {
 func storageMySQLTable(version string, runs, rows int, m mysqlSizes) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Bytes per row of the inbox table with text IDs (a UUID string), median of %d runs of %s rows after "+
-		"ANALYZE TABLE, %s; PostgreSQL 15's from docs/storage.md. On InnoDB the rows live in the primary key's "+
+		"ANALYZE TABLE, %s; PostgreSQL 15's from docs/results/storage.md. On InnoDB the rows live in the primary key's "+
 		"clustered index.\n\n", runs, thousands(float64(rows)), version)
 	pg := storagePostgresText
 	f := func(x float64) string { return fmt.Sprintf("%.1f", x) }

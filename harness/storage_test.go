@@ -74,7 +74,7 @@ func TestStorageMeasure_HeapBytesPerRowFollowThePageLayout(t *testing.T) {
 }
 
 // The compact layout's goals (issue #12) are set for 1,000,000 rows; at 50,000 rows the consumers and produced
-// tables' fixed pages weigh 20 times more per row, and the goals still hold. docs/storage.md has the full run.
+// tables' fixed pages weigh 20 times more per row, and the goals still hold. docs/results/storage.md has the full run.
 func TestStorageMeasure_TheCompactLayoutIsWithinItsGoals(t *testing.T) {
 	db := storageTestDB(t)
 	ctx := context.Background()

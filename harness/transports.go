@@ -80,7 +80,7 @@ const (
 )
 
 // Redelivery settings of the matrix. Each library's default waits far longer before a dead consumer's messages
-// go to another (see docs/transports.md); a run with several kills would spend minutes waiting on them.
+// go to another (see docs/guides/transports.md); a run with several kills would spend minutes waiting on them.
 const (
 	// natsAckWait is the JetStream consumer's AckWait (server default 30 s): how long after a delivery the server
 	// redelivers a message nobody acked. watermill-nats's AckWaitTimeout, how long it waits for the handler before
@@ -285,7 +285,7 @@ func openNATS(url string) (*natsMatrix, error) {
 // natsSubscriberConfig is the consumer's: a durable queue consumer named after the run, so that a restarted
 // process resumes where the dead one left off. ManualAck is the point: without it nats.go acks each message as soon
 // as watermill-nats's callback returns, and that callback also returns, without acking, when the handler outlives
-// AckWaitTimeout or the subscriber closes; nats.go then acks a message nobody handled (see docs/transports.md).
+// AckWaitTimeout or the subscriber closes; nats.go then acks a message nobody handled (see docs/guides/transports.md).
 func natsSubscriberConfig(url, run string) wnats.SubscriberConfig {
 	return wnats.SubscriberConfig{
 		URL:              url,

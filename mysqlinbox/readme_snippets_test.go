@@ -10,8 +10,8 @@ import (
 	"github.com/effectively-once/watermill-inbox/mysqlinbox"
 )
 
-// The README's MySQL snippet, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
-// The function is compiled, never called.
+// The MySQL snippets of the README and of docs/guides/mariadb.md, verbatim, for the compiler (see the root's
+// TestREADME_EverySnippetIsCompiledCode). The functions are compiled, never called.
 func readmeMySQL(ctx context.Context, router *message.Router, sub message.Subscriber, amount, id int) error {
 	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true") // parseTime=true is required
 	if err := mysqlinbox.Database(db).Migrate(ctx); err != nil {
@@ -26,4 +26,15 @@ func readmeMySQL(ctx context.Context, router *message.Router, sub message.Subscr
 	return nil
 }
 
-var _ = readmeMySQL
+func readmeMySQLShort(router *message.Router, msg *message.Message) {
+	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true") // parseTime=true is required
+	router.AddMiddleware(mysqlinbox.Middleware(db))
+	// in the handler, as on PostgreSQL:
+	tx, _ := inbox.TxFromContext(msg.Context())
+	_ = tx
+}
+
+var (
+	_ = readmeMySQL
+	_ = readmeMySQLShort
+)

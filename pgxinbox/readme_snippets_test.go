@@ -14,7 +14,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
-// The README's pgx snippets, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
+// The pgx snippets of the README and of docs/guides/pgx.md, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
 // The functions are compiled, never called.
 
 func readmePgx(ctx context.Context, dsn string, router *message.Router, sub message.Subscriber, amount, id int) error {
@@ -45,7 +45,16 @@ func readmeSQLv4(router *message.Router, db *stdsql.DB, subscriberConfig sql.Sub
 	return nil
 }
 
+func readmePgxShort(ctx context.Context, dsn string, router *message.Router, msg *message.Message) {
+	pool, _ := pgxpool.New(ctx, dsn)
+	router.AddMiddleware(pgxinbox.Middleware(pool))
+	// in the handler:
+	tx, _ := pgxinbox.TxFromContext(msg.Context()) // a pgx.Tx
+	_ = tx
+}
+
 var (
 	_ = readmePgx
+	_ = readmePgxShort
 	_ = readmeSQLv4
 )

@@ -173,7 +173,7 @@ func (o *Observer) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
 // database does not fail the scrape of everything else the process exports. opts name the table as for
 // inbox.New; they are checked now.
 //
-// Alert on it with the window your sources need, for consumers older than that window (docs/retention.md):
+// Alert on it with the window your sources need, for consumers older than that window (docs/guides/retention.md):
 //
 //	watermill_inbox_oldest_row_age_seconds < 31 * 86400
 //	  and max_over_time(watermill_inbox_oldest_row_age_seconds[30d]) >= 31 * 86400

@@ -10,7 +10,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/prommetrics"
 )
 
-// The README's metrics snippet, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
+// The metrics snippet of docs/guides/operations.md, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
 // The function is compiled, never called.
 func readmeMetrics(router *message.Router, db *sql.DB, registry *prometheus.Registry) error {
 	obs, err := prommetrics.NewObserver(registry)

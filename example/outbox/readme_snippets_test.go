@@ -9,7 +9,7 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 )
 
-// The README's outbox snippet, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
+// The outbox snippet of docs/guides/modes.md, verbatim, for the compiler (see the root's TestREADME_EverySnippetIsCompiledCode).
 // The function is compiled, never called.
 func readmeOutbox(msg *message.Message, event *message.Message, logger watermill.LoggerAdapter) error {
 	tx, _ := inbox.TxFromContext(msg.Context())
