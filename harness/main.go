@@ -54,10 +54,6 @@ Commands:
               straight at PostgreSQL by one client per message in flight, as pgbench would. Every measurement in
               the same invocation, interleaved; medians over --runs rounds, and their ratios.
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
-  storage-compact
-              Bytes per row of compact inbox layouts (consumer ids, a 1-byte state, a BRIN cleanup index) beside
-              today's table, and how the BRIN cleanup behaves: its speed, its ranges after pages are reused, and
-              the cost of a claim.
   storage-mysql
               The inbox's bytes per row on MariaDB or MySQL (mysqlinbox), every index counted, beside PostgreSQL's.
   cleanup-latency  What the inbox's retention cleanup costs the claims running beside it. --claimers
@@ -108,8 +104,6 @@ func main() {
 		err = throughputCommand(ctx, args)
 	case "storage":
 		err = runStorage(args)
-	case "storage-compact":
-		err = runStorageCompact(ctx, args)
 	case "storage-mysql":
 		err = runStorageMySQL(args)
 	case "cleanup-latency":
