@@ -109,7 +109,16 @@ func (c consumerConfig) args() []string {
 }
 
 func consumeCommand(args []string) error {
-	fs := flag.NewFlagSet("consume", flag.ExitOnError)
+	c, err := parseConsumerConfig(args)
+	if err != nil {
+		return err
+	}
+	return consume(c)
+}
+
+// parseConsumerConfig reads the command line that consumerConfig.args renders, without its first word.
+func parseConsumerConfig(args []string) (consumerConfig, error) {
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	var c consumerConfig
 	var kind, v string
 	fs.StringVar(&kind, "transport", string(kafkaTransport), "transport to consume from")
@@ -132,27 +141,27 @@ func consumeCommand(args []string) error {
 	fs.IntVar(&c.InFlight, "in-flight", 0, "gochannel and amqp: messages handled at once (0: the transport's own way)")
 	c.Batch.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return c, err
 	}
 	var err error
 	if c.Transport, err = parseTransport(kind); err != nil {
-		return err
+		return c, err
 	}
 	if c.Variant, err = parseVariant(v); err != nil {
-		return err
+		return c, err
 	}
 	switch {
 	case c.Run == "":
-		return errors.New("consume: --run is required")
+		return c, errors.New("consume: --run is required")
 	case c.Addr == "" && (c.Transport == kafkaTransport || c.Transport == kafkaPgxTransport):
-		return errors.New("consume: --addr is required over kafka")
+		return c, errors.New("consume: --addr is required over kafka")
 	case c.Variant == afterDBSync && c.Transport != kafkaTransport:
-		return fmt.Errorf("consume: %s commits Kafka offsets on every ack; it runs over kafka only", c.Variant)
+		return c, fmt.Errorf("consume: %s commits Kafka offsets on every ack; it runs over kafka only", c.Variant)
 	case c.Transport == sqlV4PgxTransport && c.Sleep >= sqlV4AckDeadline/2:
 		// Over pgx, v4 ends a given-up message's transaction while the handler may still run statements on it.
-		return fmt.Errorf("consume: --sleep %s leaves too little of watermill-sql v4's ack deadline (%s) over pgx", c.Sleep, sqlV4AckDeadline)
+		return c, fmt.Errorf("consume: --sleep %s leaves too little of watermill-sql v4's ack deadline (%s) over pgx", c.Sleep, sqlV4AckDeadline)
 	}
-	return consume(c)
+	return c, nil
 }
 
 // consumer is the state of one consumer process.
