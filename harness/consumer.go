@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,201 +22,156 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	wsql4 "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lib/pq"
 )
 
-// variant is how a consumer orders its acknowledgement and its database commit.
-type variant string
-
-const (
-	// atMostOnce acks before the handler runs (Watermill's InstantAck middleware); no inbox.
-	atMostOnce variant = "at-most-once"
-	// afterDB acks after the database commit, with watermill-kafka's defaults: Sarama marks the offset on ack
-	// and commits marked offsets in the background every second.
-	afterDB variant = "after-db"
-	// afterDBSync acks after the database commit and commits the offset synchronously on every ack:
-	// watermill-kafka calls session.Commit() after each mark when Sarama's auto-commit is disabled.
-	afterDBSync variant = "after-db-sync"
-	// inboxVariant is this library: the credit and the event ID commit in one transaction, then the ack, with
-	// watermill-kafka's defaults for the offset.
-	inboxVariant variant = "inbox"
-	// batchVariant is the inbox in batch mode (WithBatch): the handlers in flight at once share one transaction,
-	// one claim statement and one commit, then each is acked.
-	batchVariant variant = "batch"
-	// batchPgxVariant is batchVariant on pgx v5: pgxinbox over a pgxpool.Pool, the handler crediting on the pgx.Tx
-	// of pgxinbox.TxFromContext. Only consume-transport runs it.
-	batchPgxVariant variant = "batch-pgx"
-	// partitionedVariant is inboxVariant on a table of managed partitions (WithPartitions, one an hour) keyed by
-	// uuid: the events carry UUIDv7 IDs (StampUUIDv7), so each claim lands in the partition of its ID's hour.
-	partitionedVariant variant = "inbox-partitioned"
-	// atCommitVariant is inboxVariant on pgx v5 with the claim sent with COMMIT (WithClaimAtCommit): pgxinbox over
-	// a pgxpool.Pool, the handler crediting on the pgx.Tx of pgxinbox.TxFromContext before the claim is made.
-	atCommitVariant variant = "inbox-atcommit"
-)
-
-var allVariants = []variant{atMostOnce, afterDB, afterDBSync, inboxVariant, batchVariant, batchPgxVariant, partitionedVariant, atCommitVariant}
-
-// usesInbox reports whether the variant's handler runs under the inbox middleware.
-func (v variant) usesInbox() bool {
-	return v == inboxVariant || v == partitionedVariant || v == atCommitVariant || v.batched()
-}
-
-// table is the inbox table the variant's consumers claim in.
-func (v variant) table() string {
-	if v == partitionedVariant {
-		return partitionedTable
-	}
-	return inboxTable
-}
-
-// publisherOptions are how the variant's events get their IDs: UUIDv7 for the partitioned table, Watermill's
-// message UUID otherwise.
-func (v variant) publisherOptions() []inbox.PublisherOption {
-	if v == partitionedVariant {
-		return []inbox.PublisherOption{inbox.StampUUIDv7()}
-	}
-	return nil
-}
-
-// batched reports whether the variant runs the inbox in batch mode.
-func (v variant) batched() bool { return v == batchVariant || v == batchPgxVariant }
-
-// batchConfig is how a batch variant sets WithBatch and WithBatchConcurrency.
-type batchConfig struct {
-	Wait        time.Duration // how long a batch waits to fill while others run; 0: it never waits
-	Size        int           // most messages per batch
-	Concurrency int           // batches of the consumer in flight at once
-}
-
-// defaultBatch is what the harness runs batch mode with unless told otherwise: no wait, the largest batches, and
-// the library's default concurrency. Batches then grow with the load, as in group commit: a message never waits
-// while a slot is free, and the messages that arrive while every slot is taken go together in the next batch.
-var defaultBatch = batchConfig{Wait: 0, Size: inbox.MaxBatchSize, Concurrency: inbox.DefaultBatchConcurrency}
-
-// options returns the inbox options of batch mode.
-func (b batchConfig) options() []inbox.Option {
-	return []inbox.Option{inbox.WithBatch(b.Wait, b.Size), inbox.WithBatchConcurrency(b.Concurrency)}
-}
-
-// register adds the batch flags to fs.
-func (b *batchConfig) register(fs *flag.FlagSet) {
-	fs.DurationVar(&b.Wait, "batch-wait", defaultBatch.Wait, "batch variants: how long a batch waits to fill while others run (WithBatch's maxWait)")
-	fs.IntVar(&b.Size, "batch-size", defaultBatch.Size, "batch variants: most messages per batch (WithBatch's maxSize)")
-	fs.IntVar(&b.Concurrency, "batch-concurrency", defaultBatch.Concurrency, "batch variants: batches in flight at once (WithBatchConcurrency)")
-}
-
-// validate reports a setting WithBatch or WithBatchConcurrency would refuse, before any consumer is started.
-func (b batchConfig) validate() error {
-	if b.Size < 1 || b.Size > inbox.MaxBatchSize || b.Wait < 0 || b.Concurrency < 1 {
-		return fmt.Errorf("--batch-size must be 1 to %d, --batch-wait 0 or more and --batch-concurrency 1 or more (got %d, %s, %d)",
-			inbox.MaxBatchSize, b.Size, b.Wait, b.Concurrency)
-	}
-	return nil
-}
-
-// args renders b as command-line flags; the zero value as none, which leaves the consumer's defaults.
-func (b batchConfig) args() []string {
-	if b == (batchConfig{}) {
-		return nil
-	}
-	return []string{"--batch-wait", b.Wait.String(), "--batch-size", fmt.Sprint(b.Size), "--batch-concurrency", fmt.Sprint(b.Concurrency)}
-}
-
-func parseVariant(s string) (variant, error) {
-	for _, v := range allVariants {
-		if string(v) == s {
-			return v, nil
-		}
-	}
-	return "", fmt.Errorf("unknown variant %q (want one of %v)", s, allVariants)
-}
-
-// consumerConfig is everything a consumer subprocess is told on its command line.
+// consumerConfig is everything a consumer subprocess (`harness consume`) is told on its command line: one consumer
+// of a kill, zombie, db-faults or throughput run, or of one cell of the transport matrix.
 type consumerConfig struct {
-	Variant          variant
-	Brokers          []string
-	Topic, Group     string
-	DSN              string
-	Run              string // scopes ledger rows and the inbox's consumer name
-	Name             string // this process: its Kafka client ID, and the consumer column of its ledger rows
-	Sleep            time.Duration
+	Transport transportKind
+	Addr      string // the broker's address in the transport's own form (kafka: host:port, comma-separated); unused by sql-v3, sql-v4 and gochannel
+	Variant   variant
+	Run       string // the run's consumer group, stream consumer, inbox consumer and ledger scope
+	Topic     string // the topic, queue or stream read; empty: Run
+	Name      string // this process: its Kafka client ID, its stream consumer, and the consumer column of its ledger rows
+	DSN       string
+	Sleep     time.Duration
+	Pool      int // database connections, all opened before the first message
+	// Session, Heartbeat and Rebalance are the Kafka consumer group's timeouts.
 	Session          time.Duration
 	Heartbeat        time.Duration
 	Rebalance        time.Duration
-	Pool             int
 	CrashAfterCommit int           // SIGKILL self right after the Nth successful handling, before the ack
 	StallEvery       int           // stall the first handling of every message whose seq % StallEvery == StallEvery-1
 	StallFor         time.Duration // how long a stall lasts
 	Expect           int           // print a "done" line after this many successful handlings
-	Batch            batchConfig   // batch variant only
+	Messages         string        // gochannel only: a file of the messages this process publishes to itself
+	// InFlight is how many messages the consumer handles at once, where the transport lets the consumer say: for
+	// gochannel, that many topics, each with a handler and a publisher that waits for each message's ack (0: one
+	// topic, and every message at once); for amqp, that many subscriptions of the queue, each a channel with a
+	// prefetch of one, since watermill-amqp hands a subscription's next message over only after the last one's
+	// ack (0 or 1: one). Kafka's is the partitions the consumer owns.
+	InFlight int
+	Batch    batchConfig // batch variants only
+}
+
+func (c consumerConfig) topic() string { return cmp.Or(c.Topic, c.Run) }
+
+// overPgx reports whether the consumer reaches PostgreSQL through pgx v5 (a pgxpool.Pool, pgxinbox) instead of
+// database/sql: in a pgx cell of the matrix, or in a pgx variant over any transport.
+func (c consumerConfig) overPgx() bool {
+	return c.Transport.overPgx() || c.Variant == batchPgxVariant || c.Variant == atCommitVariant
+}
+
+// subscriptions returns the topic of each handler the consumer runs: InFlight of them where InFlight sets the
+// messages in flight (see InFlight), one otherwise. amqp's subscriptions of one queue compete for its messages;
+// gochannel's are of topics of their own.
+func (c consumerConfig) subscriptions() []string {
+	switch {
+	case c.Transport == amqpTransport && c.InFlight > 1:
+		return slices.Repeat([]string{c.topic()}, c.InFlight)
+	case c.Transport == goChannel && c.InFlight > 0:
+		topics := make([]string, c.InFlight)
+		for n := range topics {
+			topics[n] = fmt.Sprintf("%s-%d", c.topic(), n+1)
+		}
+		return topics
+	}
+	return []string{c.topic()}
 }
 
 // args renders c as the command line of `harness consume`.
 func (c consumerConfig) args() []string {
 	return append([]string{"consume",
-		"--variant", string(c.Variant),
-		"--brokers", joinComma(c.Brokers),
-		"--topic", c.Topic, "--group", c.Group,
-		"--dsn", c.DSN, "--run", c.Run, "--name", c.Name,
-		"--sleep", c.Sleep.String(),
+		"--transport", string(c.Transport), "--addr", c.Addr,
+		"--variant", string(c.Variant), "--run", c.Run, "--topic", c.Topic, "--name", c.Name,
+		"--dsn", c.DSN, "--sleep", c.Sleep.String(), "--pool", fmt.Sprint(c.Pool),
 		"--session-timeout", c.Session.String(),
 		"--heartbeat", c.Heartbeat.String(),
 		"--rebalance-timeout", c.Rebalance.String(),
-		"--pool", fmt.Sprint(c.Pool),
 		"--crash-after-commit-of", fmt.Sprint(c.CrashAfterCommit),
 		"--stall-every", fmt.Sprint(c.StallEvery),
 		"--stall-for", c.StallFor.String(),
 		"--expect", fmt.Sprint(c.Expect),
+		"--messages", c.Messages,
+		"--in-flight", fmt.Sprint(c.InFlight),
 	}, c.Batch.args()...)
 }
 
 func consumeCommand(args []string) error {
-	fs := flag.NewFlagSet("consume", flag.ExitOnError)
+	c, err := parseConsumerConfig(args)
+	if err != nil {
+		return err
+	}
+	return consume(c)
+}
+
+// parseConsumerConfig reads the command line that consumerConfig.args renders, without its first word.
+func parseConsumerConfig(args []string) (consumerConfig, error) {
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	var c consumerConfig
-	var v, brokers string
-	fs.StringVar(&v, "variant", string(inboxVariant), "at-most-once, after-db, after-db-sync, inbox, batch or inbox-partitioned")
-	fs.StringVar(&brokers, "brokers", "", "Kafka brokers, comma-separated")
-	fs.StringVar(&c.Topic, "topic", "", "topic to consume")
-	fs.StringVar(&c.Group, "group", "", "consumer group")
-	fs.StringVar(&c.DSN, "dsn", defaultDSN, "PostgreSQL DSN")
+	var kind, v string
+	fs.StringVar(&kind, "transport", string(kafkaTransport), "transport to consume from")
+	fs.StringVar(&c.Addr, "addr", "", "broker address (kafka: host:port, comma-separated)")
+	fs.StringVar(&v, "variant", string(inboxVariant), "how the consumer orders its ack and its commit; see the kill command")
 	fs.StringVar(&c.Run, "run", "", "run ID")
+	fs.StringVar(&c.Topic, "topic", "", "topic, queue or stream to read (default: --run)")
 	fs.StringVar(&c.Name, "name", "consumer", "this consumer's name")
+	fs.StringVar(&c.DSN, "dsn", defaultDSN, "PostgreSQL DSN")
 	fs.DurationVar(&c.Sleep, "sleep", 10*time.Millisecond, "handler work per message")
-	fs.DurationVar(&c.Session, "session-timeout", defaultSession, "group session timeout")
-	fs.DurationVar(&c.Heartbeat, "heartbeat", defaultHeartbeat, "group heartbeat interval")
-	fs.DurationVar(&c.Rebalance, "rebalance-timeout", defaultRebalance, "group rebalance timeout")
 	fs.IntVar(&c.Pool, "pool", defaultPool, "database connections")
+	fs.DurationVar(&c.Session, "session-timeout", defaultSession, "kafka: group session timeout")
+	fs.DurationVar(&c.Heartbeat, "heartbeat", defaultHeartbeat, "kafka: group heartbeat interval")
+	fs.DurationVar(&c.Rebalance, "rebalance-timeout", defaultRebalance, "kafka: group rebalance timeout")
 	fs.IntVar(&c.CrashAfterCommit, "crash-after-commit-of", 0, "SIGKILL itself after the Nth commit, before its ack (0: never)")
 	fs.IntVar(&c.StallEvery, "stall-every", 0, "stall one message in this many, the first time it is handled (0: never)")
 	fs.DurationVar(&c.StallFor, "stall-for", 0, "how long a stall lasts")
 	fs.IntVar(&c.Expect, "expect", 0, "report a \"done\" line after this many messages (0: never)")
+	fs.StringVar(&c.Messages, "messages", "", "gochannel: file of messages to publish")
+	fs.IntVar(&c.InFlight, "in-flight", 0, "gochannel and amqp: messages handled at once (0: the transport's own way)")
 	c.Batch.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return c, err
 	}
 	var err error
+	if c.Transport, err = parseTransport(kind); err != nil {
+		return c, err
+	}
 	if c.Variant, err = parseVariant(v); err != nil {
-		return err
+		return c, err
 	}
-	c.Brokers = brokerList(brokers)
-	if len(c.Brokers) == 0 || c.Topic == "" || c.Group == "" || c.Run == "" {
-		return errors.New("consume: --brokers, --topic, --group and --run are required")
+	switch {
+	case c.Run == "":
+		return c, errors.New("consume: --run is required")
+	case c.Addr == "" && (c.Transport == kafkaTransport || c.Transport == kafkaPgxTransport):
+		return c, errors.New("consume: --addr is required over kafka")
+	case c.Variant == afterDBSync && c.Transport != kafkaTransport:
+		return c, fmt.Errorf("consume: %s commits Kafka offsets on every ack; it runs over kafka only", c.Variant)
+	case c.Transport == sqlV4PgxTransport && c.Sleep >= sqlV4AckDeadline/2:
+		// Over pgx, v4 ends a given-up message's transaction while the handler may still run statements on it.
+		return c, fmt.Errorf("consume: --sleep %s leaves too little of watermill-sql v4's ack deadline (%s) over pgx", c.Sleep, sqlV4AckDeadline)
 	}
-	return consume(c)
+	return c, nil
 }
 
 // consumer is the state of one consumer process.
 type consumer struct {
 	cfg consumerConfig
-	db  *sql.DB
-	// pgx, when set, is the database instead of db: the handler credits through pgx v5 (see creditPgx), and joinsV4
-	// says the message comes with watermill-sql v4's pgx transaction, which the inbox must have joined.
+	// db serves the stall bookkeeping always, and the credit and the inbox unless pgx is set.
+	db *sql.DB
+	// pgx, when set, is the database of the credit and the inbox: the handler credits through pgx v5 (see
+	// creditPgx), and joinsV4 says the message comes with watermill-sql v4's pgx transaction, which the inbox must
+	// have joined.
 	pgx     *pgxpool.Pool
 	joinsV4 bool
 	out     *lineWriter
@@ -223,79 +180,63 @@ type consumer struct {
 	working sync.Once
 }
 
-// consume runs a Watermill router over watermill-kafka until SIGTERM. It reports on stdout, one line per fact the
+// consume runs a Watermill router over the consumer's transport until SIGTERM: the same handler and middleware
+// for every transport and variant, one handler per subscription. It reports on stdout, one line per fact the
 // parent counts (see lineWriter); logs go to stderr.
 func consume(c consumerConfig) error {
 	out := &lineWriter{w: os.Stdout}
 	sarama.Logger = log.New(os.Stderr, "[sarama] ", log.LstdFlags|log.Lmicroseconds)
 	logger := &reportingLogger{LoggerAdapter: watermill.NewStdLoggerWithOut(os.Stderr, false, false), out: out}
-
-	db, err := sql.Open("postgres", withAppName(c.DSN, c.Run))
-	if err != nil {
+	cons := &consumer{cfg: c, out: out, joinsV4: c.Transport == sqlV4PgxTransport}
+	var err error
+	if cons.db, cons.pgx, err = openConsumerDB(c); err != nil {
 		return err
 	}
-	defer db.Close()
-	// One connection per partition the process may own, plus one for the stall bookkeeping, which runs beside an
-	// open inbox transaction. The bound matters most for at-most-once, whose InstantAck lets the router start a
-	// handler for every message at once: unbounded, they would exhaust the server's connections.
-	db.SetMaxOpenConns(c.Pool)
-	db.SetMaxIdleConns(c.Pool)
-
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers:               c.Brokers,
-		Unmarshaler:           kafka.DefaultMarshaler{},
-		OverwriteSaramaConfig: saramaConsumerConfig(c),
-		ConsumerGroup:         c.Group,
-	}, logger)
-	if err != nil {
-		return err
-	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 2 * time.Minute}, logger)
-	if err != nil {
-		return err
-	}
-	cons := &consumer{cfg: c, db: db, out: out}
-	h := router.AddConsumerHandler("credit", c.Topic, sub, cons.credit)
-	// First added runs outermost: the report sees a message before the variant acks it, and after the inbox
-	// committed it, which is where a crash between commit and ack has to land.
-	h.AddMiddleware(cons.report)
-	switch c.Variant {
-	case atMostOnce:
-		h.AddMiddleware(middleware.InstantAck)
-	case inboxVariant, batchVariant, partitionedVariant:
-		opts := []inbox.Option{inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
-		if c.Variant.batched() {
-			opts = append(opts, c.Batch.options()...)
-		}
-		if c.Variant == partitionedVariant {
-			opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID))
-		}
-		ib, err := inbox.New(db, opts...)
-		if err != nil {
-			return err
-		}
-		h.AddMiddleware(ib.Middleware)
-	case atCommitVariant, batchPgxVariant:
-		cfg, err := pgxpool.ParseConfig(withAppName(c.DSN, c.Run))
-		if err != nil {
-			return fmt.Errorf("parse %s for pgx: %w", c.DSN, err)
-		}
-		cfg.MaxConns = int32(c.Pool)
-		if cons.pgx, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
-			return fmt.Errorf("pgx pool on %s: %w", c.DSN, err)
-		}
+	defer cons.db.Close()
+	if cons.pgx != nil {
 		defer cons.pgx.Close()
-		opts := []inbox.Option{inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
-		if c.Variant == atCommitVariant {
-			opts = append(opts, inbox.WithClaimAtCommit())
-		} else {
-			opts = append(opts, c.Batch.options()...)
+	}
+	if err := warmPool(cons.db, cons.pgx, c.Pool); err != nil {
+		return err
+	}
+
+	var goch *gochannel.GoChannel
+	var sub message.Subscriber
+	if c.Transport == goChannel {
+		// The messages must go out after the router subscribed: a GoChannel drops what nobody listens to. With
+		// InFlight, each Publish waits for its message's ack; GoChannel holds a topic's lock while it waits, so
+		// one topic has one message in flight, and InFlight topics have InFlight.
+		goch = gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: c.InFlight > 0}, logger)
+		sub = goch
+	} else if sub, err = newTransportSubscriber(c, cons.db, cons.pgx, logger); err != nil {
+		return err
+	}
+	ib, err := newConsumerInbox(c, cons.db, cons.pgx, logger)
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Minute}, logger)
+	if err != nil {
+		return err
+	}
+	// One handler per subscription. They share the inbox, and so its batches, as the partitions of one Kafka
+	// consumer do.
+	topics := c.subscriptions()
+	for n, topic := range topics {
+		name := "credit"
+		if len(topics) > 1 {
+			name = fmt.Sprintf("credit-%d", n+1)
 		}
-		ib, err := pgxinbox.New(cons.pgx, opts...)
-		if err != nil {
-			return err
+		h := router.AddConsumerHandler(name, topic, sub, cons.credit)
+		// First added runs outermost: the report sees a message before the variant acks it, and after the inbox
+		// committed it, which is where a crash between commit and ack has to land.
+		h.AddMiddleware(cons.report)
+		if c.Variant == atMostOnce {
+			h.AddMiddleware(middleware.InstantAck)
 		}
-		h.AddMiddleware(ib.Middleware)
+		if ib != nil {
+			h.AddMiddleware(ib.Middleware)
+		}
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -304,11 +245,111 @@ func consume(c consumerConfig) error {
 		<-sigs
 		_ = router.Close()
 	}()
+	if goch != nil {
+		go func() {
+			<-router.Running()
+			if err := publishFromFile(goch, topics, c.Messages, c.InFlight > 0); err != nil {
+				out.printf("error %v", err)
+				_ = router.Close()
+			}
+		}()
+	}
 	if err := router.Run(context.Background()); err != nil {
 		return err
 	}
 	out.printf("closed %d", cons.handled.Load())
 	return nil
+}
+
+// openConsumerDB opens the consumer's databases, capped at c.Pool connections each and named after the run
+// (application_name, which db-faults terminates by): a *sql.DB over lib/pq always, and a pgxpool.Pool as well when
+// the consumer runs over pgx. sql.Open connects lazily, so a pgx consumer that never stalls never opens the first.
+// The cap matters most for at-most-once, whose InstantAck lets the router start a handler for every message at
+// once: unbounded, they would exhaust the server's connections.
+func openConsumerDB(c consumerConfig) (*sql.DB, *pgxpool.Pool, error) {
+	dsn := withAppName(c.DSN, c.Run)
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", c.DSN, err)
+	}
+	db.SetMaxOpenConns(c.Pool)
+	db.SetMaxIdleConns(c.Pool)
+	if !c.overPgx() {
+		return db, nil, nil
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("parse %s for pgx: %w", c.DSN, err)
+	}
+	cfg.MaxConns = int32(c.Pool)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("pgx pool on %s: %w", c.DSN, err)
+	}
+	return db, pool, nil
+}
+
+// warmPool opens n connections of the database the handler uses before the first message, so that no measured
+// message waits for a connection to be set up: a throughput measurement at 64 in flight would otherwise count 64
+// backend start-ups.
+func warmPool(db *sql.DB, pool *pgxpool.Pool, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if pool != nil {
+		conns := make([]*pgxpool.Conn, 0, n)
+		defer func() {
+			for _, c := range conns {
+				c.Release()
+			}
+		}()
+		for range n {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return fmt.Errorf("warm the pgx pool: %w", err)
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	}
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close() // back to the pool, which keeps up to n idle
+		}
+	}()
+	for range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("warm the connection pool: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
+
+// newConsumerInbox builds the variant's inbox, or returns nil for a variant without one. Over pgx it is pgxinbox on
+// the pool, whose Database joins watermill-sql v4's pgx subscriber transaction by default; over database/sql it
+// joins the subscriber transaction of watermill-sql v3 or v4, whichever the message carries. Messages of the other
+// transports carry none, and the inbox begins its own.
+func newConsumerInbox(c consumerConfig, db *sql.DB, pool *pgxpool.Pool, logger watermill.LoggerAdapter) (*inbox.Inbox, error) {
+	if !c.Variant.usesInbox() {
+		return nil, nil
+	}
+	opts := []inbox.Option{inbox.WithTable(c.Variant.table()), inbox.WithConsumer(c.Run), inbox.WithLogger(logger)}
+	switch c.Variant {
+	case batchVariant, batchPgxVariant:
+		opts = append(opts, c.Batch.options()...)
+	case atCommitVariant:
+		opts = append(opts, inbox.WithClaimAtCommit())
+	case partitionedVariant:
+		opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID))
+	}
+	if pool != nil {
+		return pgxinbox.New(pool, opts...)
+	}
+	return inbox.On(driver.StdSQL(db), inbox.SQLv3Joiner(), pgxinbox.SQLv4Joiner()).New(opts...)
 }
 
 // fetchMaxWait is how long the broker may hold a fetch that finds no new data; see saramaConsumerConfig.
@@ -372,7 +413,7 @@ func (cs *consumer) report(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // credit is the handler: some work, then the credit, on the inbox's transaction or on one of its own, through
-// database/sql or, in the transport matrix's pgx cells, pgx.
+// database/sql or, in the pgx cells and variants, pgx.
 func (cs *consumer) credit(msg *message.Message) error {
 	ctx := msg.Context()
 	if cs.cfg.Variant == atMostOnce {
@@ -409,6 +450,31 @@ func (cs *consumer) credit(msg *message.Message) error {
 		return errors.Join(err, tx.Rollback())
 	}
 	return tx.Commit()
+}
+
+// creditPgx writes a credit through pgx v5. Under the inbox it runs on pgxinbox's pgx.Tx, which must be there (a
+// handler that fell back to a transaction of its own would credit outside the claim's, and prove nothing); in
+// sql-v4-pgx that pgx.Tx must also be the subscriber's, or the inbox did not join it. Without the inbox it commits a
+// transaction of its own on the pool, as the database/sql cells do on theirs.
+func (cs *consumer) creditPgx(ctx context.Context, args []any) error {
+	if !cs.cfg.Variant.usesInbox() {
+		return pgx.BeginFunc(ctx, cs.pgx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, creditSQL, args...)
+			return err
+		})
+	}
+	tx, ok := pgxinbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("credit: the inbox put no pgx.Tx in the message's context")
+	}
+	if cs.joinsV4 {
+		sub, _ := wsql4.TxFromContext(ctx)
+		if p, ok := sub.(*wsql4.PgxTx); !ok || p.Tx != tx {
+			return fmt.Errorf("credit: the inbox's pgx.Tx is not watermill-sql v4's subscriber's (%T): it did not join", sub)
+		}
+	}
+	_, err := tx.Exec(ctx, creditSQL, args...)
+	return err
 }
 
 // isDeadlock reports whether err is PostgreSQL's deadlock_detected (40P01), through lib/pq or pgx. The inbox

@@ -125,10 +125,11 @@ func (e *env) logf(format string, args ...any) {
 	fmt.Fprintf(e.progress, time.Now().Format("15:04:05 ")+format+"\n", args...)
 }
 
-// consumerConfig returns the command line of one consumer of a run.
+// consumerConfig returns the command line of one consumer of a run, over the env's Kafka broker unless the caller
+// names another transport.
 func (e *env) consumerConfig(v variant, run, name string, sleep time.Duration) consumerConfig {
 	return consumerConfig{
-		Variant: v, Brokers: e.br.addrs, Topic: run, Group: run, DSN: e.dsn, Run: run, Name: name,
+		Transport: kafkaTransport, Addr: joinComma(e.br.addrs), Variant: v, Run: run, Name: name, DSN: e.dsn,
 		Sleep: sleep, Session: e.session, Heartbeat: e.heartbeat, Rebalance: e.rebalance, Pool: e.pool, Batch: defaultBatch,
 	}
 }

@@ -54,10 +54,6 @@ Commands:
               straight at PostgreSQL by one client per message in flight, as pgbench would. Every measurement in
               the same invocation, interleaved; medians over --runs rounds, and their ratios.
   storage     Bytes per remembered message ID, heap and index, for text, uuid v4 and uuid v7 keys.
-  storage-compact
-              Bytes per row of compact inbox layouts (consumer ids, a 1-byte state, a BRIN cleanup index) beside
-              today's table, and how the BRIN cleanup behaves: its speed, its ranges after pages are reused, and
-              the cost of a claim.
   storage-mysql
               The inbox's bytes per row on MariaDB or MySQL (mysqlinbox), every index counted, beside PostgreSQL's.
   cleanup-latency  What the inbox's retention cleanup costs the claims running beside it. --claimers
@@ -78,8 +74,7 @@ Commands:
               counted per event ID, with the inbox and without it. GoChannel's queue dies with its process, so its
               cell has no kills: handlers run concurrently and republished copies race their originals.
   broker      Runs kfake, the in-process Kafka-protocol broker, until interrupted, and prints its address.
-  consume     The consumer subprocess the other commands start (not for direct use); consume-transport is the
-              transports command's.
+  consume     The consumer subprocess the other commands start, over any transport (not for direct use).
 
 Each command prints progress to stderr and a markdown table to stdout, and writes its chart (SVG) and table
 to --out. Run 'harness <command> -h' for its flags. The broker is kfake in this process unless --brokers
@@ -108,16 +103,12 @@ func main() {
 		err = throughputCommand(ctx, args)
 	case "storage":
 		err = runStorage(args)
-	case "storage-compact":
-		err = runStorageCompact(ctx, args)
 	case "storage-mysql":
 		err = runStorageMySQL(args)
 	case "cleanup-latency":
 		err = cleanupLatencyCommand(ctx, args)
 	case "transports":
 		err = transportsCommand(ctx, args)
-	case "consume-transport":
-		err = consumeTransportCommand(args)
 	case "broker":
 		err = brokerCommand(ctx, args)
 	case "help", "-h", "-help", "--help":
@@ -175,6 +166,10 @@ type groupTimeouts struct{ session, heartbeat, rebalance time.Duration }
 
 // killTimeouts notice a SIGKILLed member in about a second; see env.go.
 var killTimeouts = groupTimeouts{defaultSession, defaultHeartbeat, defaultRebalance}
+
+// matrixTimeouts are the group timeouts of the Kafka consumers of the transports and throughput commands: kill's,
+// with a rebalance timeout of 2 s.
+var matrixTimeouts = groupTimeouts{defaultSession, defaultHeartbeat, 2 * time.Second}
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultRuns int, t groupTimeouts) {
 	fs.StringVar(&c.brokers, "brokers", "", "a real Kafka cluster, comma-separated host:port (default: kfake in this process)")
@@ -410,7 +405,7 @@ const throughputAccounts = 100000
 func throughputCommand(ctx context.Context, args []string) error {
 	fs := newFlagSet("throughput")
 	var cf commonFlags
-	cf.register(fs, 5, killTimeouts)
+	cf.register(fs, 5, matrixTimeouts)
 	// Spread the credits over many accounts, so that the measurement is of the consumers, not of row locks: with the
 	// other commands' 100, concurrent batches deadlock on them from 32 in flight (docs/results/performance.md). --accounts 100
 	// measures that.

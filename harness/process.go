@@ -27,16 +27,12 @@ type proc struct {
 // spawn starts `bin consume` with cfg. Its stderr goes to a log file under logDir, kept for evidence; each stdout
 // line is handed to onLine (which may be nil) from a goroutine of its own, in order.
 func spawn(bin, logDir string, cfg consumerConfig, onLine func(p *proc, line string)) (*proc, error) {
-	return spawnArgs(bin, logDir, cfg.Name, cfg.args(), onLine)
-}
-
-// spawnArgs starts bin with args as the consumer called name; see spawn.
-func spawnArgs(bin, logDir, name string, args []string, onLine func(p *proc, line string)) (*proc, error) {
+	name := cfg.Name
 	logf, err := os.Create(filepath.Join(logDir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, cfg.args()...)
 	cmd.Stderr = logf
 	// A consumer must not outlive the harness: an orphan would keep consuming and writing into the next run's
 	// measurements, or hold a database connection through a restart.

@@ -176,15 +176,19 @@ func runStorage(args []string) error {
 	return nil
 }
 
+// storageIDType is the message_id column's type for key: text for UUID strings, uuid for both UUID versions.
+func storageIDType(key string) string {
+	if key == "text" {
+		return "text"
+	}
+	return "uuid"
+}
+
 // storageMeasure creates a table of shape, fills it with rows rows of key, vacuums it and returns its size per
 // row. The table is dropped again, whatever happens.
 func storageMeasure(ctx context.Context, db *sql.DB, shape, key string, rows int) (storageSizes, error) {
 	table := fmt.Sprintf("harness_storage_%s_%s_%d", shape, strings.ReplaceAll(key, " ", "_"), os.Getpid())
-	idType := "text"
-	if key != "text" {
-		idType = "uuid"
-	}
-	drop, err := storageCreate(ctx, db, shape, table, idType)
+	drop, err := storageCreate(ctx, db, shape, table, storageIDType(key))
 	defer func() {
 		if drop != nil {
 			drop()
@@ -438,7 +442,7 @@ func storageMigrationTable(c storageConfig, secs map[string][]float64) string {
 // times migration 007 on it in one transaction, as inbox.Migrate runs it.
 func storageTimeMigration(ctx context.Context, db *sql.DB, key string, rows int) (time.Duration, error) {
 	table := fmt.Sprintf("harness_storage_migrate_%s_%d", strings.ReplaceAll(key, " ", "_"), os.Getpid())
-	drop, err := storageCreate(ctx, db, "before", table, compactIDType(key))
+	drop, err := storageCreate(ctx, db, "before", table, storageIDType(key))
 	if drop != nil {
 		defer drop()
 	}
@@ -451,7 +455,7 @@ func storageTimeMigration(ctx context.Context, db *sql.DB, key string, rows int)
 	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE `+pq.QuoteIdentifier(table)); err != nil {
 		return 0, err
 	}
-	ms, err := inbox.Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(compactIDType(key))))
+	ms, err := inbox.Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(storageIDType(key))))
 	if err != nil {
 		return 0, err
 	}

@@ -290,15 +290,15 @@ func (e *env) measure(ctx context.Context, c throughputConfig, g throughputGroup
 		return res, err
 	}
 	defer cleanup(context.WithoutCancel(ctx), e.db, run) //nolint:errcheck // best effort; the next measurement does not depend on it
-	cc := transportConsumerConfig{Transport: m.kind, Addr: c.transports[m.kind].addr(), Variant: m.v, Run: run, Name: run,
-		DSN: e.dsn, Sleep: g.sleep, Pool: c.pool(g.inFlight), Expect: g.n, InFlight: g.inFlight, Batch: c.Batch}
+	cc := e.consumerConfig(m.v, run, run, g.sleep)
+	cc.Transport, cc.Addr, cc.Pool, cc.Expect, cc.InFlight, cc.Batch = m.kind, c.transports[m.kind].addr(), c.pool(g.inFlight), g.n, g.inFlight, c.Batch
 	switch m.kind {
 	case kafkaTransport, kafkaPgxTransport:
 		cc.Topic = g.name
 	case goChannel:
 		cc.Messages = g.file
 	}
-	p, err := spawnArgs(e.bin, e.logDir, cc.Name, cc.args(), nil)
+	p, err := spawn(e.bin, e.logDir, cc, nil)
 	if err != nil {
 		return res, err
 	}

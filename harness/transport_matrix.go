@@ -155,9 +155,10 @@ func runTransportCell(ctx context.Context, e *env, tr transport, kind transportK
 			e.logf("  %s: %v", run, err)
 		}
 	}()
-	cfg := func(name string) transportConsumerConfig {
-		return transportConsumerConfig{Transport: kind, Addr: tr.addr(), Variant: v, Run: run, Name: name,
-			DSN: e.dsn, Sleep: c.Sleep, Pool: e.pool}
+	cfg := func(name string) consumerConfig {
+		cc := e.consumerConfig(v, run, name, c.Sleep)
+		cc.Transport, cc.Addr = kind, tr.addr()
+		return cc
 	}
 	var procs []*proc
 	defer func() {
@@ -174,7 +175,7 @@ func runTransportCell(ctx context.Context, e *env, tr transport, kind transportK
 		}
 		cc := cfg(run + "-only")
 		cc.Messages, cc.Expect = file, len(msgs)
-		p, err := spawnArgs(e.bin, e.logDir, cc.Name, cc.args(), nil)
+		p, err := spawn(e.bin, e.logDir, cc, nil)
 		if err != nil {
 			return res, err
 		}
@@ -194,7 +195,7 @@ func runTransportCell(ctx context.Context, e *env, tr transport, kind transportK
 	}
 	for k, d := range delays {
 		cc := cfg(fmt.Sprintf("%s-life%d", run, k+1))
-		p, err := spawnArgs(e.bin, e.logDir, cc.Name, cc.args(), nil)
+		p, err := spawn(e.bin, e.logDir, cc, nil)
 		if err != nil {
 			return res, err
 		}
@@ -224,7 +225,7 @@ func runTransportCell(ctx context.Context, e *env, tr transport, kind transportK
 		e.logf("  %s: %s %d/%d after %.1fs of work (%d ledger rows)", run, how, k+1, len(delays), d.Seconds(), rows)
 	}
 	final := cfg(run + "-final")
-	p, err := spawnArgs(e.bin, e.logDir, final.Name, final.args(), nil)
+	p, err := spawn(e.bin, e.logDir, final, nil)
 	if err != nil {
 		return res, err
 	}
@@ -446,7 +447,7 @@ func transportsCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	e, err := newEnv(ctx, envConfig{Bin: bin, LogDir: *logDir, DSN: *dsn, Progress: os.Stderr,
-		Session: defaultSession, Heartbeat: defaultHeartbeat, Rebalance: 2 * time.Second,
+		Session: matrixTimeouts.session, Heartbeat: matrixTimeouts.heartbeat, Rebalance: matrixTimeouts.rebalance,
 		Partitions: defaultPartitions, Accounts: defaultAccounts})
 	if err != nil {
 		return err

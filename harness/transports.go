@@ -134,16 +134,15 @@ func openTransport(ctx context.Context, kind transportKind, e *env, a transportA
 	return nil, fmt.Errorf("no transport %q", kind)
 }
 
-// newTransportSubscriber is the consumer process's subscriber for its cell. db is nil in a pgx cell, pool in the
-// others.
-func newTransportSubscriber(c transportConsumerConfig, db *sql.DB, pool *pgxpool.Pool, logger watermill.LoggerAdapter) (message.Subscriber, error) {
+// newTransportSubscriber is the consumer process's subscriber for its transport. pool is nil unless the consumer
+// runs over pgx.
+func newTransportSubscriber(c consumerConfig, db *sql.DB, pool *pgxpool.Pool, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	switch c.Transport {
 	case kafkaTransport, kafkaPgxTransport:
-		kc := consumerConfig{Variant: c.Variant, Name: c.Name, Session: defaultSession, Heartbeat: defaultHeartbeat, Rebalance: 2 * time.Second}
 		return kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               brokerList(c.Addr),
 			Unmarshaler:           kafka.DefaultMarshaler{},
-			OverwriteSaramaConfig: saramaConsumerConfig(kc),
+			OverwriteSaramaConfig: saramaConsumerConfig(c),
 			ConsumerGroup:         c.Run,
 		}, logger)
 	case amqpTransport:
@@ -458,7 +457,7 @@ func openSQLV4(db *sql.DB) (*sqlV4Matrix, error) {
 // sqlV4AckDeadline is how long v4's subscriber waits for a message's ack before it gives the message up (v4's
 // default, spelled out). When it passes, v4 ends its transaction from its own goroutine; over pgx nothing orders
 // that after the handler's statements on the same pgx.Tx, so it must stay above the longest handler, which
-// consume-transport checks.
+// the consume command checks.
 const sqlV4AckDeadline = 30 * time.Second
 
 // sqlV4SubscriberConfig polls every 20 ms, as sqlV3SubscriberConfig does.
