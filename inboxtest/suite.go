@@ -44,6 +44,7 @@ var cases = []struct {
 	{"TransactionModeTakesOverARowLeaseModeReleased", modeSwitch},
 	{"MigrateRunsTwiceAndConcurrently", migrateTwiceAndConcurrently},
 	{"TheFirstMessageCreatesAMissingSchema", autoMigrate},
+	{"AMigrationRolledBackAndAppliedAgainUnderARunningInboxKeepsEachMessageUnderItsConsumer", migrationRedoneUnderARunningInbox},
 	{"CleanupDeletesExpiredRowsAndKeepsTheOthers", cleanupDeletesExpired},
 	{"ASecondCleanupWhileOneRunsIsSkipped", cleanupConcurrentIsSkipped},
 	{"ReadStatsCountsEachConsumersRowsByState", readStats},
