@@ -32,6 +32,7 @@ type pgQueries struct {
 	consumerFindSQL  string
 	consumerIDSQL    string
 	claimSQL         string
+	claimFreshSQL    string
 	claimAtCommitSQL string
 	unclaimSQL       string
 	producedSQL      string
@@ -161,24 +162,55 @@ func newPGQueries(table string) *pgQueries {
 		// state is 'd' (done) in the inbox's own transaction; 'a' (applying) inside a transaction it does not
 		// commit (migrations/003_applying_guard.up.sql says why). States travel as text and are cast: not every
 		// driver writes PostgreSQL's one-byte "char".
-		claimSQL: q(`INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
+		//
+		// The consumer's id ($1) is one the process cached, and the consumers table may have been made anew since
+		// (migration 007 rolled back and applied again numbers the consumers in the order of their names), so the
+		// row takes its consumer_id from the consumers table, where the id must still name the consumer ($4). A
+		// stale id gives NULL, and the NOT NULL of consumer_id fails the statement (not_null_violation, which
+		// Classify calls StaleConsumer) before ON CONFLICT looks for a row: a stale id can never find another
+		// consumer's row and take it for a duplicate. The check is a probe of the consumers table's primary key
+		// in the same round trip. The statement's locks on both tables last until the transaction ends, and the
+		// migrations lock the inbox table before they touch either, so the id stays checked for every statement
+		// after the claim in its transaction.
+		claimSQL: q(`INSERT INTO {table} (consumer_id, message_id, state)
+			VALUES ((SELECT id FROM {table}_consumers WHERE id = $1 AND name = $4), $2, $3::text::"char")
+			ON CONFLICT (message_id, consumer_id) DO NOTHING
+			RETURNING true`),
+
+		// The claim above without its check, for a claim in a subscriber's transaction whose check failed only
+		// because the transaction's snapshot, under REPEATABLE READ, is older than the consumer's registration (a
+		// consumer's first message, or the first after the consumers table was made anew), and cannot see its row.
+		// The id was read again just before, by a transaction that committed (dialect.ClaimParams.Fresh); the
+		// consumers table could be made anew between that read and this INSERT only by a migration that took the
+		// inbox table's lock and committed within that one round trip, where before the check every claim trusted
+		// an id for as long as the process ran.
+		claimFreshSQL: q(`INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
 			ON CONFLICT (message_id, consumer_id) DO NOTHING
 			RETURNING true`),
 
 		// The claim at commit (WithClaimAtCommit) goes in one round trip with COMMIT, after the handler ran, so
 		// it must not do nothing on a row already there: it fails, with a unique violation, the COMMIT after it
 		// does not run, and the handler's effect is rolled back with the transaction. A racing copy's INSERT waits
-		// for the first one's transaction as the claim above does, and fails if that one commits.
-		claimAtCommitSQL: q(`INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, 'd')`),
+		// for the first one's transaction as the claim above does, and fails if that one commits. The consumer's
+		// id is checked as in the claim above: a stale one fails the INSERT, and the message goes the usual way,
+		// where its claim finds the id stale again, forgets it and registers the name anew.
+		claimAtCommitSQL: q(`INSERT INTO {table} (consumer_id, message_id, state)
+			VALUES ((SELECT id FROM {table}_consumers WHERE id = $1 AND name = $3), $2, 'd')`),
 
 		// Runs only in batch mode, for a message whose handler failed, on the row the batch claimed for it and has
-		// not committed: the other messages of the batch commit, and its redelivery must find no row.
+		// not committed: the other messages of the batch commit, and its redelivery must find no row. Its id was
+		// checked by the batch's claim, in this transaction.
 		unclaimSQL: q(`DELETE FROM {table} WHERE message_id = $2 AND consumer_id = $1`),
 
 		// Runs only on a duplicate, which is rare, so the claim above stays one statement. A new statement takes a
 		// new snapshot under READ COMMITTED, so it sees the rows whose commit made the claim do nothing. The state
 		// tells a finished message from one that lease mode claimed and has not finished, when a consumer's
-		// table saw both modes.
+		// table saw both modes. It trusts the consumer's id without checking it again: it runs after the claim,
+		// in the claim's transaction, and the claim checked the id and holds the locks that keep the consumers
+		// table from being made anew until the transaction ends (claimSQL says why). The claim that inserted
+		// nothing inserted nothing because it found a row, not because of a stale id, which fails it. The one
+		// read in a transaction of its own (a subscriber's claim that met a row committed after its snapshot)
+		// runs while the subscriber's transaction, whose claim checked the id, still holds those locks.
 		producedSQL: q(`SELECT i.state::text, p.produced FROM {table} i
 			LEFT JOIN {table}_produced p ON p.message_id = i.message_id AND p.consumer_id = i.consumer_id
 			WHERE i.message_id = $2 AND i.consumer_id = $1`),
@@ -209,7 +241,8 @@ func newPGQueries(table string) *pgQueries {
 		// or shares a table with a lease-mode handler of the same name. It takes the row, as $3, when lease mode
 		// would let a new holder take it: 'released', or 'processing' with a lease run out by the database clock.
 		// Under READ COMMITTED a concurrent lease claim makes this UPDATE wait and recheck the row's newest version,
-		// so only one of them gets it. Clearing the token fences off the old holder's writes.
+		// so only one of them gets it. Clearing the token fences off the old holder's writes. It leaves consumer_id
+		// as it is, and runs after the claim, in its transaction, which checked the consumer's id.
 		takeoverSQL: q(`UPDATE {table} SET state = $3::text::"char", locked_until = NULL, lease_token = NULL,
 				processed_at = {now_minutes}
 			WHERE message_id = $2 AND consumer_id = $1
@@ -227,11 +260,19 @@ func newPGQueries(table string) *pgQueries {
 		// the conflict path would lock the row, and write WAL and commit for it, even though its WHERE leaves the
 		// row as it is. prior also tells a takeover: 'processing' there means a holder's lease expired. It names
 		// $1 and $2 first, which gives them the columns' types (message_id is text or uuid) for the SELECT list.
-		leaseClaimSQL: q(`WITH prior AS (
-				SELECT state FROM {table} WHERE message_id = $2 AND consumer_id = $1
+		//
+		// The consumer's id is checked as in claimSQL: checked holds it only while it still names the consumer
+		// ($5). A stale one makes prior find nothing, even where the consumer that now has that id has a finished
+		// row, so the INSERT goes ahead with a NULL consumer_id and fails; no stale id is ever taken for a
+		// duplicate. The read of the row after a claim that took nothing (leaseStateSQL) runs in the same
+		// transaction, after that check.
+		leaseClaimSQL: q(`WITH checked AS (
+				SELECT id FROM {table}_consumers WHERE id = $1 AND name = $5
+			), prior AS (
+				SELECT state FROM {table} WHERE message_id = $2 AND consumer_id = (SELECT id FROM checked)
 			)
 			INSERT INTO {table} AS t (processed_at, consumer_id, message_id, state, attempts, lease_token, locked_until)
-			SELECT {now_minutes}, $1, $2, 'p', 1, $3::uuid, now() + $4 * interval '1 millisecond'
+			SELECT {now_minutes}, (SELECT id FROM checked), $2, 'p', 1, $3::uuid, now() + $4 * interval '1 millisecond'
 			WHERE NOT EXISTS (SELECT 1 FROM prior WHERE state IN ('d', 'f'))
 			ON CONFLICT (message_id, consumer_id) DO UPDATE SET
 				state        = 'p',
@@ -244,8 +285,9 @@ func newPGQueries(table string) *pgQueries {
 			WHERE t.state = 'r' OR (t.state = 'p' AND t.locked_until <= now())
 			RETURNING attempts, coalesce(last_error, ''), (SELECT state = 'p' FROM prior)`),
 
-		// Runs only when the claim returned no row, to tell a finished message from a live lease. Milliseconds
-		// left are computed by the database, whose clock the lease is on.
+		// Runs only when the claim returned no row, to tell a finished message from a live lease, in the claim's
+		// transaction, which checked the consumer's id. Milliseconds left are computed by the database, whose
+		// clock the lease is on.
 		// The produced messages come along for the 'done' case, so a duplicate costs this one extra round trip.
 		leaseStateSQL: q(`SELECT i.state::text, coalesce(i.attempts, 0),
 				greatest(0, extract(epoch FROM i.locked_until - now()) * 1000)::bigint, p.produced
@@ -532,6 +574,10 @@ func (*postgres) Classify(err error) dialect.ErrorKind {
 		return dialect.LockConflict
 	case code == "26000" || code == "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 		return dialect.StatementMissing
+	// not_null_violation: no statement of the inbox writes NULL to a NOT NULL column but a claim whose check of
+	// the consumer's id gave none (claimSQL)
+	case code == "23502":
+		return dialect.StaleConsumer
 	}
 	return dialect.Other
 }
@@ -579,12 +625,15 @@ func (pg *postgres) ConsumerID(ctx context.Context, pool driver.Pool, table, con
 }
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(firstRow(ctx, tx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State)))
+	if p.Fresh { // never the first statement of its transaction, so never prepared
+		return scanTrue(literally(tx).QueryRow(ctx, pg.sql(p.Table).claimFreshSQL, p.ConsumerID, p.ID, stateCode(p.State)))
+	}
+	return scanTrue(firstRow(ctx, tx, pg.sql(p.Table).claimSQL, p.ConsumerID, p.ID, stateCode(p.State), p.Consumer))
 }
 
 // ClaimAtCommit returns the claim as a plain INSERT, for COMMIT to follow in the same round trip.
 func (pg *postgres) ClaimAtCommit(p dialect.ClaimParams) (string, []any) {
-	return pg.sql(p.Table).claimAtCommitSQL, []any{p.ConsumerID, p.ID}
+	return pg.sql(p.Table).claimAtCommitSQL, []any{p.ConsumerID, p.ID, p.Consumer}
 }
 
 // batchKey names the batch claim of one table for one number of IDs.
@@ -598,16 +647,23 @@ type batchKey struct {
 // list, so two batches that share IDs take their locks in one order. Each ID is its own parameter, so that the
 // statement is the same for every driver (no array types); its text is built once per table and size.
 // RETURNING spells the IDs as text, which for a uuid column is the canonical form the inbox already uses.
+//
+// The consumer's id is checked once, in checked, as claimSQL checks it, and every row takes its consumer_id from
+// there: a stale id fails the whole batch before any row is looked for. The rows stay a VALUES list of the INSERT,
+// so that each ID parameter takes message_id's type (text or uuid) as in claimSQL; a SELECT from a VALUES list
+// would make them text, which a uuid column does not take. The read of the rows the claim found (ReadRows) runs
+// after it in its transaction, and trusts the id.
 func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialect.ClaimBatchParams) ([]string, error) {
 	key := batchKey{p.Table, len(p.IDs)}
 	query, ok := pg.batches.Load(key)
 	if !ok {
-		query, _ = pg.batches.LoadOrStore(key, "INSERT INTO "+p.Table+" (consumer_id, message_id, state) VALUES "+
-			commaList(len(p.IDs), func(k int) string { return fmt.Sprintf(`($1, $%d, $2::text::"char")`, k+3) })+
+		query, _ = pg.batches.LoadOrStore(key, "WITH checked AS (SELECT id FROM "+p.Table+"_consumers WHERE id = $1 AND name = $3)"+
+			" INSERT INTO "+p.Table+" (consumer_id, message_id, state) VALUES "+
+			commaList(len(p.IDs), func(k int) string { return fmt.Sprintf(`((SELECT id FROM checked), $%d, $2::text::"char")`, k+4) })+
 			" ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING message_id::text")
 	}
-	args := make([]any, 0, len(p.IDs)+2)
-	args = append(args, p.ConsumerID, stateCode(p.State))
+	args := make([]any, 0, len(p.IDs)+3)
+	args = append(args, p.ConsumerID, stateCode(p.State), p.Consumer)
 	for _, id := range p.IDs {
 		args = append(args, id)
 	}
@@ -630,7 +686,8 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 // ReadRows is ReadRow for many IDs in one statement: one round trip and one index probe per ID. Batch mode runs it
 // only when its claim found rows there already, for those IDs; in a burst of redelivered copies that is every
 // message of the batch, which would otherwise each begin a transaction, claim again and read alone. Each ID is its
-// own parameter, as in ClaimBatch, and the text is built once per table and count.
+// own parameter, as in ClaimBatch, and the text is built once per table and count. It trusts the consumer's id
+// as producedSQL does: it runs in the batch's transaction after ClaimBatch, which checked the id.
 func (pg *postgres) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
 	key := batchKey{p.Table, len(p.IDs)}
 	query, ok := pg.reads.Load(key)
@@ -714,7 +771,7 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 	var c dialect.LeaseClaim
 	q := pg.sql(p.Table)
 	var takeover sql.NullBool
-	err := firstRow(ctx, tx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds()).Scan(&c.Attempt, &c.LastError, &takeover)
+	err := firstRow(ctx, tx, q.leaseClaimSQL, p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds(), p.Consumer).Scan(&c.Attempt, &c.LastError, &takeover)
 	if err == nil {
 		c.Claimed, c.Takeover = true, takeover.Bool
 		return c, nil

@@ -59,6 +59,7 @@ func TestPostgresClassifiesBySQLSTATE(t *testing.T) {
 		"40001": dialect.SerializationFailure, "40P01": dialect.LockConflict,
 		"26000": dialect.StatementMissing, "42P05": dialect.StatementMissing, "23505": dialect.Other,
 		"2200H": dialect.SequenceExhausted,
+		"23502": dialect.StaleConsumer,
 	} {
 		require.Equal(t, want, inbox.Postgres.Classify(codeError(code)), code)
 	}

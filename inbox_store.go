@@ -28,8 +28,10 @@ func newStore(d dialect.Dialect, table string, pool driver.Pool) *store {
 
 // consumerID returns the id the database stores for consumer, registering the name the first time this Inbox
 // meets it, in a short transaction of its own that has committed when the id is used: a claim then never names an
-// id that a rollback could take back. Ids are forgotten when a statement finds the table gone (wrap), since a table
-// created again numbers its consumers anew.
+// id that a rollback could take back. Ids are forgotten when a statement finds the table gone, or a claim finds
+// its id no longer the consumer's (wrap), since a consumers table made anew numbers its consumers anew. The
+// claims check the id themselves, in the same statement, so that the cache costs no round trip and a stale id
+// costs one failed claim.
 func (s *store) consumerID(ctx context.Context, consumer string) (int, error) {
 	if id, ok := s.ids.Load(consumer); ok {
 		return id.(int), nil
@@ -59,6 +61,25 @@ func (s *store) claim(ctx context.Context, tx driver.Tx, consumer, id, state str
 		return false, err
 	}
 	claimed, err := s.d.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
+	if err != nil {
+		return false, s.wrap("claim", consumer, id, err)
+	}
+	return claimed, nil
+}
+
+// claimFresh claims (consumer, id) in a subscriber's transaction after the claim's check of the consumer's id failed
+// there (errStaleConsumer): that transaction's snapshot may be older than the consumer's registration, so its check
+// cannot tell a stale id from one registered since. The transaction is rolled back to the savepoint set before the
+// claim, the id is asked for again in a transaction of its own, and the claim trusts it (dialect.ClaimParams.Fresh).
+func (s *store) claimFresh(ctx context.Context, tx driver.Tx, consumer, id, state string) (bool, error) {
+	if err := s.d.Savepoint(ctx, tx, dialect.RollbackSavepoint); err != nil {
+		return false, fmt.Errorf("inbox: claim %s/%s: roll back to the savepoint after a stale consumer id: %w", consumer, id, err)
+	}
+	cid, err := s.consumerID(ctx, consumer) // wrap forgot the ids: this registers the name again
+	if err != nil {
+		return false, err
+	}
+	claimed, err := s.d.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state, Fresh: true})
 	if err != nil {
 		return false, s.wrap("claim", consumer, id, err)
 	}
@@ -211,8 +232,14 @@ func (s *store) wrapProduced(op, consumer, id string, err error) error {
 	return s.wrap(op, consumer, id, err)
 }
 
+// errStaleConsumer is a claim that wrote nothing because the consumer's cached id no longer names it: the consumers
+// table was made anew. The ids are forgotten by then, and the message can be claimed again at once, with the id
+// the name has now.
+var errStaleConsumer = errors.New("the consumer's id is no longer its own in the consumers table, which was made anew; the id is asked for again")
+
 // wrap adds the operation and the row to a driver error, and translates the errors callers branch on: "no such
-// table" into ErrSchemaMissing, after which every Inbox over the table checks its schema again; and, in the claims,
+// table" into ErrSchemaMissing, after which every Inbox over the table checks its schema again; a claim's stale
+// consumer id into errStaleConsumer, after which this Inbox registers its consumers again; and, in the claims,
 // an ID the column cannot hold into ErrInvalidEventID, which the middleware dead-letters instead of nacking it
 // forever. Only a claim may blame the ID: it is the first statement to send it, and the consumer name, the one other
 // input, was checked before. Any later statement sends an ID the claim accepted, so its refusal is something else.
@@ -226,6 +253,10 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 		if op == "claim" || op == "claim lease" {
 			return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 		}
+	case dialect.StaleConsumer:
+		// Every id is forgotten, not only this consumer's: the table that renumbered one renumbered them all.
+		s.ids.Clear()
+		return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, errStaleConsumer, err)
 	}
 	return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, poolerHint(s.d, err))
 }
@@ -243,8 +274,17 @@ type leaseClaim struct {
 }
 
 // claimLease claims the lease of (consumer, id) for token, or reports why it cannot: the claim and, when it took
-// nothing, the read of the row run in one short transaction of their own (see inShortTx).
+// nothing, the read of the row run in one short transaction of their own (see inShortTx). A claim that found its
+// consumer id stale wrote nothing, and goes once more with the id the name has now.
 func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
+	c, err := s.claimLeaseOnce(ctx, pool, consumer, id, token, lease)
+	if errors.Is(err, errStaleConsumer) {
+		c, err = s.claimLeaseOnce(ctx, pool, consumer, id, token, lease)
+	}
+	return c, err
+}
+
+func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
 	var c leaseClaim
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {

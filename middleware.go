@@ -72,6 +72,15 @@ func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h me
 			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
 		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
 	}
+	if errors.Is(err, errStaleConsumer) { // before h ran; the claim goes with the id the name has now
+		i.cfg.logger.Info("Inbox registers its consumers again: the consumers table was made anew",
+			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
+		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
+	}
+	if errors.Is(err, errStaleConsumer) { // the new id was stale too: the table is being made anew again
+		err = i.settle(msg, consumer, err)
+		ob.finish(err)
+	}
 	return produced, err
 }
 
@@ -96,8 +105,8 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 	produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback() // before any wait of settle's, so the claim's lock is not held through it
-		if errors.Is(err, errSessionLost) {
-			return nil, err
+		if errors.Is(err, errSessionLost) || errors.Is(err, errStaleConsumer) {
+			return nil, err // applyOwnObserved goes again
 		}
 		err = i.settle(msg, consumer, err)
 		ob.finish(err)
@@ -129,6 +138,9 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 	ctx := msg.Context()
 	ob.claiming()
 	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
+	if errors.Is(err, errStaleConsumer) && state == stateApplying { // a subscriber's snapshot, older than the registration?
+		claimed, err = i.store.claimFresh(ctx, tx, consumer, id, state)
+	}
 	switch {
 	case errors.Is(err, ErrInvalidEventID):
 		return nil, true, unusable{err}
@@ -196,6 +208,10 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 		return i.reject(msg, consumer, u.error)
 	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted):
 		return i.holdBack(msg, err) // a fault of the table's, not of the message's: no hot loop
+	case errors.Is(err, errStaleConsumer):
+		// A claim that was tried again with the id the name has now and found that one stale too: the consumers
+		// table is being made anew again. Held back, as a missing table is, so that the redelivery does not spin.
+		return i.holdBack(msg, err)
 	}
 	return err
 }

@@ -32,11 +32,15 @@ type Dialect interface {
 
 	// ConsumerID returns the id the database stores for a consumer's name, registering the name if it is new, in
 	// a transaction of its own that has committed when it returns: rows carry the id instead of the name. The
-	// inbox asks once per consumer and passes the id in the params below; a dialect that stores names returns 0.
+	// inbox asks once per consumer, and again after a claim failed with StaleConsumer, and passes the id in the
+	// params below; a dialect that stores names returns 0.
 	ConsumerID(ctx context.Context, pool driver.Pool, table, consumer string) (int, error)
 
 	// Claim inserts the row of (Consumer, ID) in State, and reports whether the transaction now owns it; false
-	// means the row was there, and the transaction did not take it.
+	// means the row was there, and the transaction did not take it. The claims (Claim, ClaimBatch, ClaimLease,
+	// AtCommitClaimer's) fail with StaleConsumer, before they look for a row, when ConsumerID no longer names
+	// Consumer (unless ClaimParams.Fresh): a stale id must never find another consumer's row and take it for a
+	// duplicate.
 	Claim(ctx context.Context, tx driver.Executor, p ClaimParams) (claimed bool, err error)
 	// ClaimBatch inserts, in State, the rows of Consumer and each of IDs (sorted and distinct, so that two batches
 	// that share IDs lock them in the same order and never deadlock), in one statement where the database allows,
@@ -211,6 +215,12 @@ const (
 	// SequenceExhausted is a sequence, or an identity column's counter, that handed out its last value: nothing
 	// that needs a new one (ConsumerID registering a name) can succeed until an operator acts.
 	SequenceExhausted
+	// StaleConsumer is a claim whose ConsumerID no longer names its Consumer in the consumers table: the table was
+	// made anew (a migration rolled back and applied again) and numbered its consumers otherwise. Under a snapshot
+	// older than the consumer's registration (a subscriber's REPEATABLE READ transaction) a valid id looks the
+	// same. The claim wrote nothing; the id must be asked for again (Dialect.ConsumerID) before the message is
+	// claimed again. A dialect whose rows carry names never returns it.
+	StaleConsumer
 )
 
 // Retryable reports whether a transaction that failed with k may run again.
@@ -231,10 +241,16 @@ const (
 // ClaimParams are the inputs of Claim and TakeOver.
 type ClaimParams struct {
 	Table, Consumer, ID string
-	// ConsumerID is what ConsumerID returned for Consumer.
+	// ConsumerID is what ConsumerID returned for Consumer. A claim that inserts a row checks, in its statement,
+	// that the id still names Consumer, and fails with an error Classify calls StaleConsumer when it does not;
+	// the statements that run after it in its transaction may then trust the id.
 	ConsumerID int
 	// State is "done" in a transaction the inbox commits, "applying" in one it does not.
 	State string
+	// Fresh tells Claim to trust ConsumerID without checking it: it was read just now, in a transaction of its
+	// own, after a check in the claim's transaction failed because that transaction's snapshot (a subscriber's,
+	// under REPEATABLE READ) is older than the consumer's registration and cannot see it.
+	Fresh bool
 }
 
 // AtCommitClaimer is implemented by a dialect that can write a claim as a plain INSERT, one that fails on a row

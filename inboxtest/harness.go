@@ -88,6 +88,10 @@ type Dialect struct {
 	// ExhaustConsumerIDs returns the statement that hands out the last of the table's consumer ids, as thousands
 	// of registered names would, so that no new name can be registered. Nil when ConsumerIDs is.
 	ExhaustConsumerIDs func(table string) string
+	// RollBackNewest returns the statements that roll back the newest migration of the table named table and
+	// remove its record from the versions table, so that Migrate applies it again. The case runs them, in order,
+	// in one transaction, each statement as one call (a statement may hold several, as a migration file does).
+	RollBackNewest func(table string) ([]string, error)
 }
 
 // PostgreSQL is the dialect of PostgreSQL, whatever the client library.
@@ -120,6 +124,16 @@ var PostgreSQL = Dialect{
 	},
 	ExhaustConsumerIDs: func(table string) string {
 		return `SELECT setval(pg_get_serial_sequence('` + table + `_consumers', 'id'), 32767)`
+	},
+	// The newest is 007, which moves the rows to the compact layout and numbers the consumers; its down migration
+	// drops the consumers table, and applying 007 again numbers them anew, in the order of their names.
+	RollBackNewest: func(table string) ([]string, error) {
+		ms, err := inbox.Migrations(inbox.WithTable(table))
+		if err != nil {
+			return nil, err
+		}
+		newest := ms[len(ms)-1]
+		return []string{newest.Down, fmt.Sprintf(`DELETE FROM %s_migrations WHERE version = %d`, table, newest.Version)}, nil
 	},
 }
 

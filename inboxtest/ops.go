@@ -3,6 +3,8 @@ package inboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // apply runs the credit handler on a copy of each ID under ib and fails the test if one is not applied.
@@ -65,6 +68,143 @@ func autoMigrate(t *testing.T, conn Conn) {
 	require.EqualValues(t, 1, b.rows(t))
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
+}
+
+// migrationRedoneUnderARunningInbox rolls the newest migration back and applies it again while two consumers' Inboxes
+// stay built, as in a process that keeps running through the operator's change, in each way of claiming. On
+// PostgreSQL that migration (007) numbers the consumers table anew, in the order of the names, so that the consumer
+// registered first (wallet-credits) and the one registered second (payments) swap ids: an Inbox that kept the ids
+// it learned before would record wallet-credits' messages under payments and skip, as a duplicate of payments', a
+// message wallet-credits never applied.
+func migrationRedoneUnderARunningInbox(t *testing.T, conn Conn) {
+	for _, m := range []struct {
+		name string
+		opts []inbox.Option
+		tx   bool // the handler has a transaction for its effect
+	}{
+		{"InTransactionMode", nil, true},
+		{"InBatchMode", []inbox.Option{inbox.WithBatch(time.Millisecond, 8)}, true},
+		{"InLeaseMode", []inbox.Option{inbox.WithLease(time.Minute)}, false},
+		{"WithTheClaimAtCommit", []inbox.Option{inbox.WithClaimAtCommit()}, true},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			if _, err := conn.Database().New(append(m.opts, inbox.WithConsumer(consumer))...); errors.Is(err, inbox.ErrInvalidOption) {
+				t.Skipf("this database cannot claim so: %v", err)
+			}
+			migrationRedoneIn(t, conn, m.opts, m.tx)
+		})
+	}
+}
+
+func migrationRedoneIn(t *testing.T, conn Conn, opts []inbox.Option, inTx bool) {
+	const payments = "payments"
+	b := newBundle(t, conn, true)
+	ctx := context.Background()
+	// The effect of a handler with a transaction is a row of its consumer and ID, which commits with the claim or
+	// not at all; a lease-mode handler's, which has none, is its run.
+	effects := b.table + "_effects"
+	b.mustExec(t, `CREATE TABLE `+effects+` (consumer varchar(64) NOT NULL, message_id varchar(64) NOT NULL)`)
+	t.Cleanup(func() { _, _ = b.exec(ctx, `DROP TABLE IF EXISTS `+effects) })
+	var mu sync.Mutex
+	runs := map[string]int{} // "consumer/ID" -> how often its lease-mode handler ran
+	handler := func(name string) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			id, _ := inbox.EventIDFromContext(msg.Context())
+			if inTx {
+				return nil, conn.ExecInHandler(msg.Context(), `INSERT INTO `+effects+` (consumer, message_id) VALUES (`+
+					b.p(1)+`, `+b.p(2)+`)`, name, id)
+			}
+			mu.Lock()
+			runs[name+"/"+id]++
+			mu.Unlock()
+			return nil, nil
+		}
+	}
+	applied := func() map[string]int {
+		t.Helper()
+		if !inTx {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(runs)
+		}
+		out := map[string]int{}
+		var names, ids []string
+		require.NoError(t, b.inTx(ctx, func(tx driver.Tx) error {
+			return scanPairs(ctx, tx, `SELECT consumer, message_id FROM `+effects, &names, &ids)
+		}))
+		for n := range names {
+			out[names[n]+"/"+ids[n]]++
+		}
+		return out
+	}
+	wallets := b.inbox(t, opts...).Middleware(handler(consumer))
+	pays := b.inbox(t, append(opts, inbox.WithConsumer(payments))...).Middleware(handler(payments))
+	deliver := func(h message.HandlerFunc, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			_, err := h(newMsg(id))
+			require.NoError(t, err, "deliver %s", id)
+		}
+	}
+	// wallet-credits registers first, so that its id comes before payments' although its name sorts after.
+	deliver(wallets, "evt-1")
+	deliver(pays, "evt-1", "evt-2")
+
+	stmts, err := b.d.RollBackNewest(b.table)
+	require.NoError(t, err)
+	require.NoError(t, b.inTx(ctx, func(tx driver.Tx) error {
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("roll back the newest migration: %w", err)
+			}
+		}
+		return nil
+	}))
+	require.NoError(t, conn.Database().Migrate(ctx, inbox.WithTable(b.table)))
+
+	// evt-2 is new to wallet-credits, though payments applied it; evt-4 is new to payments alone.
+	deliver(wallets, "evt-2", "evt-3")
+	deliver(pays, "evt-3", "evt-4")
+	once := map[string]int{
+		consumer + "/evt-1": 1, consumer + "/evt-2": 1, consumer + "/evt-3": 1,
+		payments + "/evt-1": 1, payments + "/evt-2": 1, payments + "/evt-3": 1, payments + "/evt-4": 1,
+	}
+	require.Equal(t, once, applied(), "each message applied once, for its own consumer")
+	deliver(wallets, "evt-2", "evt-3")
+	deliver(pays, "evt-3", "evt-4")
+	require.Equal(t, once, applied(), "the copies are skipped")
+
+	// Each consumer's rows are its own: what the rollback kept of the first messages, and the new ones.
+	var names, ids []string
+	require.NoError(t, b.inTx(ctx, func(tx driver.Tx) error {
+		return scanPairs(ctx, tx, `SELECT consumer, message_id FROM `+b.d.View(b.table), &names, &ids)
+	}))
+	rows := map[string][]string{}
+	for n := range names {
+		rows[names[n]] = append(rows[names[n]], ids[n])
+	}
+	for name, want := range map[string][]string{consumer: {"evt-2", "evt-3"}, payments: {"evt-3", "evt-4"}} {
+		kept := map[string][]string{consumer: {"evt-1"}, payments: {"evt-1", "evt-2"}}[name]
+		require.Subset(t, rows[name], want, "%s's new messages are recorded under its name", name)
+		require.Subset(t, append(append([]string(nil), kept...), want...), rows[name], "%s has no row of another consumer's", name)
+	}
+}
+
+// scanPairs appends the two text columns query returns to firsts and seconds.
+func scanPairs(ctx context.Context, tx driver.Tx, query string, firsts, seconds *[]string) error {
+	rows, err := tx.Query(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a, b string
+		if err := rows.Scan(&a, &b); err != nil {
+			return err
+		}
+		*firsts, *seconds = append(*firsts, a), append(*seconds, b)
+	}
+	return rows.Err()
 }
 
 const thirtyDays = 30 * 24 * time.Hour

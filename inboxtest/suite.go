@@ -46,6 +46,7 @@ var cases = []struct {
 	{"TransactionModeTakesOverARowLeaseModeReleased", modeSwitch},
 	{"MigrateRunsTwiceAndConcurrently", migrateTwiceAndConcurrently},
 	{"TheFirstMessageCreatesAMissingSchema", autoMigrate},
+	{"AMigrationRolledBackAndAppliedAgainUnderARunningInboxKeepsEachMessageUnderItsConsumer", migrationRedoneUnderARunningInbox},
 	{"CleanupDeletesExpiredRowsAndKeepsTheOthers", cleanupDeletesExpired},
 	{"ASecondCleanupWhileOneRunsIsSkipped", cleanupConcurrentIsSkipped},
 	{"ReadStatsCountsEachConsumersRowsByState", readStats},

@@ -2,6 +2,7 @@ package mysqlinbox_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,22 @@ var mariaDB = inboxtest.Dialect{
 	Row:  func(string) string { return "consumer = ? AND message_id = ?" },
 	DropInbox: func(table string) []string {
 		return []string{"DROP TABLE IF EXISTS `" + table + "_produced`, `" + table + "`, `" + table + "_locks`, `" + table + "_migrations`"}
+	},
+	// The rows carry consumer names, so no migration numbers consumers: the newest, 001, drops the tables, and
+	// applying it again makes them anew, empty.
+	RollBackNewest: func(table string) ([]string, error) {
+		ms, err := mysqlinbox.Dialect.Migrations(table, "")
+		if err != nil {
+			return nil, err
+		}
+		newest := ms[len(ms)-1]
+		var stmts []string
+		for _, s := range strings.Split(newest.Down, ";\n") {
+			if s = strings.TrimSpace(s); s != "" {
+				stmts = append(stmts, s)
+			}
+		}
+		return append(stmts, fmt.Sprintf("DELETE FROM `%s_migrations` WHERE version = %d", table, newest.Version)), nil
 	},
 }
 
