@@ -25,6 +25,7 @@ func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error
 	ctx := msg.Context()
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "reason": cause.Error()}
 	if i.cfg.dlqPublisher == nil {
+		i.warnNoDeadLetter(cause, fields)
 		i.cfg.logger.Error("Inbox cannot apply message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
 		i.nacked(msg, consumer, reasonLabel(cause), cause)
 		return sleepThen(ctx, i.cfg.rejectDelay, cause)
@@ -38,6 +39,20 @@ func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error
 	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
 	i.deadLettered(msg, consumer, cause)
 	return nil
+}
+
+// warnNoDeadLetter says, once per Inbox, what a consumer without a dead-letter topic does with a message it cannot
+// apply, at the first such message: the line logged for each message gives its reason, but not that the messages
+// behind it wait too. It is logged then rather than at construction, where most consumers never need a dead-letter
+// topic and the warning would be noise.
+func (i *Inbox) warnNoDeadLetter(cause error, fields watermill.LogFields) {
+	if i.warnedNoDLQ.Swap(true) {
+		return
+	}
+	i.cfg.logger.Error("Inbox has no dead-letter topic, so a message it cannot apply is held back: nacked after the "+
+		"reject delay and redelivered, again and again, and on an ordered transport (a Kafka partition, a FIFO "+
+		"queue) every message behind it waits; set WithDeadLetter(pub, topic) to park such messages and go on",
+		cause, fields.Add(watermill.LogFields{"reject_delay": i.cfg.rejectDelay.String()}))
 }
 
 // deadLetter publishes a copy of msg to the dead-letter topic with cause and extra in its metadata.

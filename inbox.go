@@ -3,6 +3,7 @@ package inbox
 import (
 	"database/sql"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 
@@ -22,6 +23,7 @@ type Inbox struct {
 	readiness     readiness
 	subscriberTxs subscriberTxs
 	batchQueues   batchQueues
+	warnedNoDLQ   atomic.Bool // warnNoDeadLetter has logged
 }
 
 // New checks the options and returns an Inbox over db. It does not touch the database. Its first message checks

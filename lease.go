@@ -186,6 +186,7 @@ func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError st
 	fields := logFields(msg, l.consumer, l.id)
 	if i.cfg.dlqPublisher == nil {
 		relErr := i.release(msg, l, lastError)
+		i.warnNoDeadLetter(cause, fields)
 		i.cfg.logger.Error("Inbox gave up on message; nacking it after the reject delay (set WithDeadLetter to park such messages)", cause, fields)
 		err := errors.Join(cause, relErr)
 		i.nacked(msg, l.consumer, reasonLabel(cause), err)

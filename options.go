@@ -2,6 +2,9 @@ package inbox
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -65,6 +68,8 @@ type config struct {
 	dlqTopic     string
 	dlqSet       bool
 	logger       watermill.LoggerAdapter
+	loggerSet    bool      // WithLogger was given, nil included
+	logOutput    io.Writer // where the default logger writes: os.Stderr, or a test's buffer
 	maxIDLength  int
 	rejectDelay  time.Duration
 	subscriberTx bool
@@ -189,13 +194,25 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 
 // WithDeadLetter publishes messages that cannot be applied (no event ID, an invalid one) to topic, with the reason
 // in Watermill's poison-queue metadata keys, and then acks them. Without it such messages are nacked after the
-// reject delay and logged, so they are kept but block their partition until a dead-letter publisher is configured.
+// reject delay and logged at error, so they are kept but block their partition until a dead-letter publisher is
+// configured; the first such message of an Inbox also logs, once, that this option is missing.
 func WithDeadLetter(pub message.Publisher, topic string) Option {
 	return func(c *config) { c.dlqPublisher, c.dlqTopic, c.dlqSet = pub, topic, true }
 }
 
-// WithLogger logs through l instead of discarding logs (watermill.NopLogger).
-func WithLogger(l watermill.LoggerAdapter) Option { return func(c *config) { c.logger = l } }
+// WithLogger logs through l instead of the default logger, which writes errors, and only errors, to standard
+// error: those that hold messages back (a message without a usable event ID, a schema the inbox cannot use, a
+// failed commit) and those of the cleanup and the retention alarm. Give l to see the inbox's debug and info lines
+// too (skipped duplicates, migrations, lease takeovers); give watermill.NopLogger{}, or nil, to discard everything.
+func WithLogger(l watermill.LoggerAdapter) Option {
+	return func(c *config) { c.logger, c.loggerSet = l, true }
+}
+
+// defaultLogger is the logger of an inbox built without WithLogger: errors only, as text, to out. An inbox that
+// holds messages back must say so to someone; its debug and info lines would drown that in a busy consumer.
+func defaultLogger(out io.Writer) watermill.LoggerAdapter {
+	return watermill.NewSlogLogger(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelError})))
+}
 
 // WithMaxIDLength accepts event IDs of up to n bytes instead of DefaultMaxIDLength (255). n must be between 1 and
 // 2000; PostgreSQL cannot index a key much longer than that.
@@ -262,7 +279,7 @@ func newConfig(opts []Option) (config, error) {
 	c := config{
 		idKey:        DefaultIDMetadataKey,
 		table:        DefaultTable,
-		logger:       watermill.NopLogger{},
+		logOutput:    os.Stderr,
 		maxIDLength:  DefaultMaxIDLength,
 		rejectDelay:  DefaultRejectDelay,
 		subscriberTx: true,
@@ -276,7 +293,10 @@ func newConfig(opts []Option) (config, error) {
 		}
 		opt(&c)
 	}
-	if c.logger == nil {
+	switch {
+	case !c.loggerSet:
+		c.logger = defaultLogger(c.logOutput)
+	case c.logger == nil:
 		c.logger = watermill.NopLogger{}
 	}
 	if !c.maxAttemptsSet && c.lease > 0 {

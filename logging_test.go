@@ -1,0 +1,155 @@
+package inbox_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// lockedBuffer is a bytes.Buffer that handlers running at once may write to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines returns the lines written that contain text.
+func (b *lockedBuffer) lines(text string) []string {
+	var out []string
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.Contains(line, text) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func TestDefaultLogger(t *testing.T) {
+	t.Parallel()
+
+	// quiet builds an Inbox over b's table with no WithLogger, its default logger writing to out.
+	quiet := func(t *testing.T, b *testBundle, out *lockedBuffer, opts ...inbox.Option) *inbox.Inbox {
+		t.Helper()
+		ib, err := inbox.New(b.db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
+			inbox.WithRejectDelay(time.Millisecond), inbox.WithDefaultLogOutput(out)}, opts...)...)
+		require.NoError(t, err)
+		return ib
+	}
+
+	t.Run("LogsAMessageWithoutAnEventIDAtError", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		out := &lockedBuffer{}
+		_, err := quiet(t, b, out).Middleware(b.credit(100, nil))(newMsg(""))
+		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
+
+		lines := out.lines("Inbox cannot apply message;")
+		require.Len(t, lines, 1, "what holds a message back reaches the default output:\n%s", out)
+		require.Contains(t, lines[0], "level=ERROR")
+		require.Contains(t, lines[0], "invalid event ID")
+	})
+
+	t.Run("LogsASchemaThatHoldsEveryMessageBackAtError", func(t *testing.T) {
+		t.Parallel()
+		db := openDB(t)
+		b := &testBundle{db: db, table: uniqueName("inbox_missing")} // no table, and none created
+		out := &lockedBuffer{}
+		_, err := quiet(t, b, out, inbox.WithAutoMigrate(false)).Middleware(b.credit(100, nil))(newMsg("evt-1"))
+		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
+
+		lines := out.lines("Inbox cannot apply messages;")
+		require.Len(t, lines, 1, "what holds every message back reaches the default output:\n%s", out)
+		require.Contains(t, lines[0], "level=ERROR")
+		require.Contains(t, lines[0], b.table)
+	})
+
+	t.Run("KeepsDebugAndInfoQuiet", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		out := &lockedBuffer{}
+		h := quiet(t, b, out).Middleware(b.credit(100, nil))
+		for range 2 { // the second is a duplicate, which is logged at info
+			_, err := h(newMsg("evt-1"))
+			require.NoError(t, err)
+		}
+		require.Equal(t, 100, b.balance(t))
+		require.Empty(t, out.String(), "an applied message and a skipped duplicate log nothing by default")
+	})
+
+	t.Run("GivesWayToWithLogger", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		out, logs := &lockedBuffer{}, &recordingLogger{}
+		_, err := quiet(t, b, out, inbox.WithLogger(logs)).Middleware(b.credit(100, nil))(newMsg(""))
+		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
+		require.Empty(t, out.String())
+		require.Len(t, logs.find("cannot apply message"), 1)
+	})
+}
+
+func TestNoDeadLetterWarning(t *testing.T) {
+	t.Parallel()
+	const warning = "Inbox has no dead-letter topic"
+
+	t.Run("IsLoggedOncePerInboxAtTheFirstUnusableMessage", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithRejectDelay(time.Millisecond))
+		h := ib.Middleware(b.credit(100, nil))
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Empty(t, b.logs.find(warning), "a usable message says nothing of dead letters")
+
+		for range 3 {
+			_, err := h(newMsg(""))
+			require.ErrorIs(t, err, inbox.ErrInvalidEventID)
+		}
+		found := b.logs.find(warning)
+		require.Len(t, found, 1, "once, however many messages are held back")
+		require.Equal(t, "error", found[0].level)
+		require.Contains(t, found[0].msg, "WithDeadLetter")
+		require.Contains(t, found[0].msg, "held back")
+		require.Len(t, b.logs.find("cannot apply message;"), 3, "each message is still logged with its reason")
+
+		other, err := inbox.New(b.db, b.opts...)
+		require.NoError(t, err)
+		_, err = other.Middleware(b.credit(100, nil))(newMsg(""))
+		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
+		require.Len(t, b.logs.find(warning), 2, "once per Inbox")
+	})
+
+	t.Run("IsLoggedWhenLeaseModeGivesUp", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(1), inbox.WithRejectDelay(time.Millisecond))
+		failing := func(*message.Message) ([]*message.Message, error) { return nil, errors.New("provider down") }
+		_, err := ib.Middleware(failing)(newMsg("evt-1"))
+		require.ErrorIs(t, err, inbox.ErrAttemptsExhausted)
+		require.Len(t, b.logs.find(warning), 1)
+	})
+
+	t.Run("IsNotLoggedWithADeadLetterTopic", func(t *testing.T) {
+		t.Parallel()
+		ib, b := setup(t, inbox.WithDeadLetter(&recordingPublisher{}, "deposits.dlq"))
+		_, err := ib.Middleware(b.credit(100, nil))(newMsg(""))
+		require.NoError(t, err)
+		require.Empty(t, b.logs.find(warning))
+	})
+}
