@@ -52,10 +52,20 @@ func Middleware(p Beginner, opts ...inbox.Option) message.HandlerMiddleware {
 }
 
 // TxFromContext returns the pgx transaction that holds this message's inbox row, for the handler to run its side
-// effect on. It reports false outside the handler, in lease mode, and when the transaction is not pgx's (a joined
-// watermill-sql subscriber over database/sql, whose *sql.Tx inbox.TxFromContext returns). The inbox commits it
-// after the handler returns without error, and rolls it back otherwise; the handler must not end it. In batch mode
-// (inbox.WithBatch) its Commit and Rollback return inbox.ErrTxShared and leave the batch's transaction as it was.
+// effect on. The inbox commits it after the handler returns without error, and rolls it back otherwise; the handler
+// must not end it. In batch mode (inbox.WithBatch) its Commit and Rollback return inbox.ErrTxShared and leave the
+// batch's transaction as it was.
+//
+// ok is false, and the pgx.Tx nil, in exactly these cases:
+//   - ctx is not the context the middleware gave the handler, nor derived from it: the code runs outside the
+//     middleware (a handler the middleware does not wrap, a test that calls the handler itself, a goroutine with
+//     context.Background), or a middleware between the inbox and the handler replaced the message's context;
+//   - lease mode (inbox.WithLease), which runs the handler outside any transaction: use inbox.LeaseFromContext;
+//   - the transaction is not pgx's: the inbox runs over database/sql (inbox.Middleware, or inbox.On with
+//     driver.StdSQL), or joined watermill-sql's subscriber over database/sql; inbox.TxFromContext returns it.
+//
+// A handler that uses the pgx.Tx without checking ok panics on nil; Handler checks for it and returns an error
+// that says which case it met.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := inbox.NativeTxFromContext(ctx).(pgx.Tx)
 	return tx, ok
