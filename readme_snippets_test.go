@@ -25,22 +25,24 @@ import (
 // its surroundings, so that the compiler checks it; TestREADME_EverySnippetIsCompiledCode checks that each snippet
 // is here or in another module's file of the same kind. The functions are compiled, never called.
 
-func readmeCardLine(router *message.Router, db *sql.DB) {
-	router.AddMiddleware(inbox.Middleware(db))
+func readmeCardLine(router *message.Router, db *sql.DB, pub message.Publisher) {
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithDeadLetter(pub, "wallet-credits.dead")))
 }
 
-func readmeUsage(ctx context.Context, dsn string, router *message.Router, sub message.Subscriber, amount, id int) error {
+func readmeUsage(ctx context.Context, dsn string, router *message.Router, pub message.Publisher, sub message.Subscriber,
+	amount, id int) error {
 	db, _ := sql.Open("postgres", dsn)             // lib/pq, or pgx's stdlib driver
 	if err := inbox.Migrate(ctx, db); err != nil { // optional: the first message migrates too (WithAutoMigrate)
 		return err
 	}
 
-	router.AddMiddleware(inbox.Middleware(db))
-	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
-		tx, _ := inbox.TxFromContext(msg.Context()) // the side effect commits with the inbox row
-		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
-		return err
-	})
+	// A message without a usable event ID goes to the dead-letter topic instead of holding up those behind it.
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithDeadLetter(pub, "wallet-credits.dead")))
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(
+		func(ctx context.Context, tx *sql.Tx, msg *message.Message) error { // tx commits with the inbox row
+			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+			return err
+		}))
 	return nil
 }
 

@@ -18,20 +18,18 @@ func readmeMySQL(ctx context.Context, router *message.Router, sub message.Subscr
 		return err
 	}
 	router.AddMiddleware(mysqlinbox.Middleware(db)) // or mysqlinbox.New(db, opts...) for the error
-	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
-		tx, _ := inbox.TxFromContext(msg.Context())
-		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + ? WHERE id = ?", amount, id)
-		return err
-	})
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(
+		func(ctx context.Context, tx *sql.Tx, msg *message.Message) error {
+			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + ? WHERE id = ?", amount, id)
+			return err
+		}))
 	return nil
 }
 
-func readmeMySQLShort(router *message.Router, msg *message.Message) {
+func readmeMySQLShort(router *message.Router, sub message.Subscriber, credit func(context.Context, *sql.Tx, *message.Message) error) {
 	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true") // parseTime=true is required
 	router.AddMiddleware(mysqlinbox.Middleware(db))
-	// in the handler, as on PostgreSQL:
-	tx, _ := inbox.TxFromContext(msg.Context())
-	_ = tx
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(credit)) // as on PostgreSQL
 }
 
 var (

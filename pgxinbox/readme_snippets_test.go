@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql" // named sql, as in the README
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -25,11 +26,11 @@ func readmePgx(ctx context.Context, dsn string, router *message.Router, sub mess
 	}
 
 	router.AddMiddleware(pgxinbox.Middleware(pool)) // or pgxinbox.New(pool, opts...) for the error
-	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
-		tx, _ := pgxinbox.TxFromContext(msg.Context()) // a pgx.Tx
-		_, err := tx.Exec(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
-		return err
-	})
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, pgxinbox.Handler(
+		func(ctx context.Context, tx pgx.Tx, msg *message.Message) error {
+			_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+			return err
+		}))
 	return nil
 }
 
@@ -45,12 +46,11 @@ func readmeSQLv4(router *message.Router, db *stdsql.DB, subscriberConfig sql.Sub
 	return nil
 }
 
-func readmePgxShort(ctx context.Context, dsn string, router *message.Router, msg *message.Message) {
+func readmePgxShort(ctx context.Context, dsn string, router *message.Router, sub message.Subscriber,
+	credit func(context.Context, pgx.Tx, *message.Message) error) {
 	pool, _ := pgxpool.New(ctx, dsn)
 	router.AddMiddleware(pgxinbox.Middleware(pool))
-	// in the handler:
-	tx, _ := pgxinbox.TxFromContext(msg.Context()) // a pgx.Tx
-	_ = tx
+	router.AddConsumerHandler("wallet-credits", "deposits", sub, pgxinbox.Handler(credit)) // credit gets a pgx.Tx
 }
 
 var (
