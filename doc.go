@@ -10,12 +10,15 @@
 // handler's side effect; it commits, and only then lets the router acknowledge. A copy finds the row, is skipped
 // and acknowledged. Copies that race are serialized by the table's primary key; there is no distributed lock.
 //
-//	router.AddMiddleware(inbox.Middleware(db))
-//	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
-//		tx, _ := inbox.TxFromContext(msg.Context())
-//		_, err := tx.ExecContext(msg.Context(), "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
-//		return err
-//	})
+//	router.AddMiddleware(inbox.Middleware(db, inbox.WithDeadLetter(pub, "wallet-credits.dead")))
+//	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(
+//		func(ctx context.Context, tx *sql.Tx, msg *message.Message) error {
+//			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
+//			return err
+//		}))
+//
+// Handler never calls its function without a transaction; TxFromContext gives it to a handler that takes it later.
+// Errors that hold messages back are logged to standard error unless WithLogger is given.
 //
 // # Modes
 //
