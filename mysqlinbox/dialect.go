@@ -39,6 +39,9 @@ var errNoJoin = errors.New("mysqlinbox: the inbox cannot claim in a subscriber's
 
 func (*mysqlDialect) Name() string { return "MySQL" }
 
+// Speaks is MySQL, which MariaDB speaks too (dialect.Speaker).
+func (*mysqlDialect) Speaks() driver.Server { return driver.MySQL }
+
 // JoinsSubscriberTx is false. On PostgreSQL a claim made in a subscriber's transaction is guarded by a deferred
 // constraint trigger that fails a commit made before the handler finished; MySQL has no deferred constraints, so
 // nothing could stop such a commit from keeping a half-run handler's writes as applied.
