@@ -478,8 +478,8 @@ func NewCleaner(db *sql.DB, cfg CleanerConfig, opts ...Option) (*Cleaner, error)
 
 // NewCleaner returns a Cleaner over d, as the package-level NewCleaner does over a *sql.DB.
 func (d *Database) NewCleaner(cfg CleanerConfig, opts ...Option) (*Cleaner, error) {
-	if d == nil || d.pool == nil {
-		return nil, fmt.Errorf("%w: NewCleaner: the database is nil", ErrInvalidOption)
+	if err := d.check("NewCleaner: "); err != nil {
+		return nil, err
 	}
 	c, err := newConfig(opts)
 	if err != nil {

@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -18,6 +20,8 @@ type Database struct {
 	dialect dialect.Dialect
 	pool    driver.Pool
 	joiners []driver.Joiner
+	// serverOK is set once the server is known to be one the dialect speaks, or cannot be told (checkServer).
+	serverOK atomic.Bool
 }
 
 // On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
@@ -48,4 +52,77 @@ func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {
 		}
 	}
 	return nil, false
+}
+
+// check refuses, without a round trip, a Database that cannot work: a nil one, a pool over a nil handle, or a pool
+// that knows it reaches a server its dialect does not speak (driver.Identifier). Constructors call it, so that
+// such a database fails there instead of in every message. op prefixes the message ("Migrate: ").
+func (d *Database) check(op string) error {
+	if d == nil || d.pool == nil || d.dialect == nil {
+		return fmt.Errorf("%w: %sthe database is nil", ErrInvalidOption, op)
+	}
+	id, ok := d.pool.(driver.Identifier)
+	if !ok {
+		return nil
+	}
+	server, err := id.Identify()
+	if err != nil {
+		return fmt.Errorf("%w: %s%w", ErrInvalidOption, op, err)
+	}
+	if server == "" {
+		return nil // checkServer asks the server
+	}
+	name := string(server)
+	if server == driver.MySQL {
+		name = "MySQL or MariaDB" // go-sql-driver/mysql reaches either
+	}
+	if err := d.wrongServer(op, server, name); err != nil {
+		return err
+	}
+	d.serverOK.Store(true)
+	return nil
+}
+
+// checkServer asks the server which kind it is when the pool could not tell (check), once per Database: before
+// the first message, and in Migrate. A database that cannot be reached fails it, and the next call asks again.
+func (d *Database) checkServer(ctx context.Context) error {
+	if d.serverOK.Load() {
+		return nil
+	}
+	if _, ok := d.dialect.(dialect.Speaker); !ok {
+		d.serverOK.Store(true)
+		return nil
+	}
+	tx, err := d.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("inbox: check which database this is: begin: %w", err)
+	}
+	server, name, err := dialect.AskServer(ctx, tx)
+	_ = tx.Rollback(ctx) // it only read
+	if err != nil {
+		return fmt.Errorf("inbox: check which database this is: %w", err)
+	}
+	if server != "" {
+		if err := d.wrongServer("", server, name); err != nil {
+			return err
+		}
+	}
+	d.serverOK.Store(true) // a server neither kind's version() describes is let be: its statements will tell
+	return nil
+}
+
+// wrongServer returns the error for a server that the dialect does not speak, named name, and nil for one it does.
+func (d *Database) wrongServer(op string, server driver.Server, name string) error {
+	sp, ok := d.dialect.(dialect.Speaker)
+	if !ok || sp.Speaks() == server {
+		return nil
+	}
+	use := map[driver.Server]string{
+		driver.PostgreSQL: "use inbox.New, inbox.On or the pgxinbox module",
+		driver.MySQL:      "use the mysqlinbox module",
+	}[server]
+	if use == "" {
+		use = "use the dialect of " + string(server)
+	}
+	return fmt.Errorf("%w: %sthis database is %s, not %s: %s", ErrInvalidOption, op, name, sp.Speaks(), use)
 }

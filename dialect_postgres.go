@@ -553,6 +553,9 @@ func stateName(code string) string {
 
 func (*postgres) Name() string { return "postgres" }
 
+// Speaks is PostgreSQL (dialect.Speaker).
+func (*postgres) Speaks() driver.Server { return driver.PostgreSQL }
+
 // Classify reads the SQLSTATE that PostgreSQL drivers expose (lib/pq's *pq.Error and pgx's *pgconn.PgError both
 // have a SQLState method).
 func (*postgres) Classify(err error) dialect.ErrorKind {

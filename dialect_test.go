@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,8 +32,11 @@ func TestOnDialect(t *testing.T) {
 
 	t.Run("ADialectThatCannotJoinRefusesJoinersAndTheJoinOption", func(t *testing.T) {
 		t.Parallel()
-		pool := driver.StdSQL(nil) // New does not reach the database
-		_, err := inbox.OnDialect(withoutJoin{inbox.Postgres}, pool, joinNothing{}).New()
+		db, err := sql.Open(testDriver, testDSN()) // New does not reach the database
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		pool := driver.StdSQL(db)
+		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres}, pool, joinNothing{}).New()
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres}, pool).New(inbox.WithSubscriberTx(true))
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)

@@ -38,8 +38,8 @@ func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 
 // New checks the options and returns an Inbox over d, as the package-level New does over a *sql.DB.
 func (d *Database) New(opts ...Option) (*Inbox, error) {
-	if d == nil || d.pool == nil || d.dialect == nil {
-		return nil, fmt.Errorf("%w: the database is nil", ErrInvalidOption)
+	if err := d.check(""); err != nil {
+		return nil, err
 	}
 	c, err := newConfig(opts)
 	if err != nil {

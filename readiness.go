@@ -132,6 +132,9 @@ func (i *Inbox) schemaReady(ctx context.Context) (IDType, error) {
 // or one that lacks only whole objects that a newer version added, is migrated when WithAutoMigrate allows it;
 // anything else that differs is reported and left alone.
 func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
+	if err := i.db.checkServer(ctx); err != nil {
+		return "", err
+	}
 	report, err := i.inspectSchema(ctx)
 	if err != nil {
 		return "", err

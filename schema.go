@@ -104,11 +104,14 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 
 // Migrate creates or upgrades the inbox table in d, as the package-level Migrate does through a *sql.DB.
 func (d *Database) Migrate(ctx context.Context, opts ...Option) error {
-	if d == nil || d.pool == nil {
-		return fmt.Errorf("%w: Migrate: the database is nil", ErrInvalidOption)
+	if err := d.check("Migrate: "); err != nil {
+		return err
 	}
 	c, err := newConfig(opts)
 	if err != nil {
+		return err
+	}
+	if err := d.checkServer(ctx); err != nil {
 		return err
 	}
 	_, err = migrate(ctx, d, c)

@@ -175,3 +175,23 @@ type View interface {
 	// Close ends the view, waiting for a statement it runs: the handler can no longer use it.
 	Close()
 }
+
+// Server names a kind of database server: what an Identifier reaches, and what a dialect speaks.
+type Server string
+
+const (
+	// PostgreSQL is PostgreSQL, and any server that speaks its protocol: pgx and lib/pq reach nothing else.
+	PostgreSQL Server = "PostgreSQL"
+	// MySQL is MySQL or MariaDB, which speak one protocol and, for the inbox's statements, one SQL.
+	MySQL Server = "MySQL"
+)
+
+// Identifier is implemented by a Pool that can tell, without a round trip, whether it reaches a database at all,
+// and often which kind: an adapter given a nil handle reaches none, and the adapter over database/sql knows the
+// server from the types of lib/pq's, pgx's and go-sql-driver/mysql's drivers. The inbox checks it when it is
+// built, so that a handle that cannot work fails there and not in every message.
+type Identifier interface {
+	// Identify returns an error when the pool reaches no database, and otherwise the server it reaches, or ""
+	// when it cannot tell without asking the server.
+	Identify() (Server, error)
+}

@@ -12,7 +12,8 @@ import (
 	"weak"
 )
 
-// StdSQL returns a Pool over db, for any database/sql driver.
+// StdSQL returns a Pool over db, for any database/sql driver. Over a nil db the Pool reaches no database: it says
+// so (Identifier), and the inbox refuses it when it is built.
 func StdSQL(db *sql.DB) Pool {
 	p := stdPool{db: db}
 	if db != nil && isLibpq(db.Driver()) {
@@ -20,6 +21,9 @@ func StdSQL(db *sql.DB) Pool {
 	}
 	return p
 }
+
+// errNilDB is what a Pool over a nil *sql.DB answers, instead of panicking in every transaction.
+var errNilDB = errors.New("driver: the *sql.DB is nil")
 
 // StdSQLTx returns a Tx over tx, a transaction someone else began and will end: the inbox only runs statements on
 // it (watermill-sql's subscriber transaction, for one).
@@ -37,10 +41,39 @@ func isLibpq(d sqldriver.Driver) bool {
 	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "github.com/lib/pq" && t.Elem().Name() == "Driver"
 }
 
+// stdServers are the database/sql drivers whose server the pool knows from their type (Identify), by package
+// path and type name so that this package need not import them. Wrappers of theirs are not recognized.
+var stdServers = map[[2]string]Server{
+	{"github.com/lib/pq", "Driver"}:                   PostgreSQL,
+	{"github.com/jackc/pgx/v5/stdlib", "Driver"}:      PostgreSQL,
+	{"github.com/jackc/pgx/v4/stdlib", "Driver"}:      PostgreSQL,
+	{"github.com/go-sql-driver/mysql", "MySQLDriver"}: MySQL,
+}
+
+// Identify reports a nil db, and the server of the drivers stdServers knows (Identifier).
+func (p stdPool) Identify() (Server, error) {
+	if p.db == nil {
+		return "", errNilDB
+	}
+	t := reflect.TypeOf(p.db.Driver())
+	if t == nil || t.Kind() != reflect.Pointer {
+		return "", nil
+	}
+	return stdServers[[2]string{t.Elem().PkgPath(), t.Elem().Name()}], nil
+}
+
 // MaxConns is db's limit of open connections, 0 for none (SetMaxOpenConns).
-func (p stdPool) MaxConns() int { return p.db.Stats().MaxOpenConnections }
+func (p stdPool) MaxConns() int {
+	if p.db == nil {
+		return 0
+	}
+	return p.db.Stats().MaxOpenConnections
+}
 
 func (p stdPool) Begin(ctx context.Context, opts TxOptions) (Tx, error) {
+	if p.db == nil {
+		return nil, errNilDB
+	}
 	o := &sql.TxOptions{ReadOnly: opts.ReadOnly}
 	if opts.ReadCommitted {
 		o.Isolation = sql.LevelReadCommitted

@@ -24,6 +24,9 @@ import (
 
 // BeginShared begins a shared transaction on a connection of p's (SharedPool).
 func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error) {
+	if p.db == nil {
+		return nil, errNilDB
+	}
 	conn, err := p.db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -85,6 +88,7 @@ type sharedTx struct {
 var (
 	_ SharedPool          = stdPool{}
 	_ PoolLimit           = stdPool{}
+	_ Identifier          = stdPool{}
 	_ SharedTx            = (*sharedTx)(nil)
 	_ sqldriver.Connector = (*sharedTx)(nil)
 )

@@ -2,7 +2,6 @@ package mysqlinbox
 
 import (
 	"context"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,6 +37,9 @@ func (m *mysqlDialect) sql(table string) *queries {
 var errNoJoin = errors.New("mysqlinbox: the inbox cannot claim in a subscriber's transaction on MySQL")
 
 func (*mysqlDialect) Name() string { return "MySQL" }
+
+// Speaks is MySQL, which MariaDB speaks too (dialect.Speaker).
+func (*mysqlDialect) Speaks() driver.Server { return driver.MySQL }
 
 // JoinsSubscriberTx is false. On PostgreSQL a claim made in a subscriber's transaction is guarded by a deferred
 // constraint trigger that fails a commit made before the handler finished; MySQL has no deferred constraints, so
@@ -312,8 +314,9 @@ func (m *mysqlDialect) TakeLock(ctx context.Context, tx driver.Executor, p diale
 	if _, err := tx.Exec(ctx, q.lockTake, p.Name, p.Holder, p.Hold.Microseconds()); err != nil {
 		return false, time.Time{}, err
 	}
-	err = tx.QueryRow(ctx, q.lockHolder, p.Holder, p.Back.Microseconds(), p.Name).Scan(&taken, &cutoff)
-	return taken, cutoff, err
+	var at utcTime
+	err = tx.QueryRow(ctx, q.lockHolder, p.Holder, p.Back.Microseconds(), p.Name).Scan(&taken, &at)
+	return taken, at.Time, err
 }
 
 func (m *mysqlDialect) ExtendLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) (bool, error) {
@@ -344,7 +347,7 @@ func (m *mysqlDialect) Consumers(ctx context.Context, tx driver.Executor, table 
 func (m *mysqlDialect) CleanupBatch(ctx context.Context, tx driver.Executor, p dialect.CleanupBatchParams) (dialect.CleanupBatch, error) {
 	q := m.sql(p.Table)
 	b := dialect.CleanupBatch{Next: p.From}
-	var last sql.NullTime
+	var last utcTime
 	if err := tx.QueryRow(ctx, q.batchPick, p.Consumer, p.From, p.Cutoff, p.Limit).Scan(&b.Picked, &last); err != nil {
 		return b, err
 	}
@@ -363,16 +366,18 @@ func (m *mysqlDialect) CountAbandoned(ctx context.Context, tx driver.Executor, t
 }
 
 func (m *mysqlDialect) Remembers(ctx context.Context, tx driver.Executor, table string) ([]dialect.Memory, error) {
-	return dialect.ScanMemories(ctx, tx, m.sql(table).memory)
+	return scanMemories(ctx, tx, m.sql(table).memory)
 }
 
 func (m *mysqlDialect) Stats(ctx context.Context, tx driver.Executor, table string) (st dialect.Stats, err error) {
 	q := m.sql(table)
-	err = tx.QueryRow(ctx, q.statsSizes, table).Scan(&st.Now, &st.Exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+	var now utcTime
+	err = tx.QueryRow(ctx, q.statsSizes, table).Scan(&now, &st.Exists, &st.TableBytes, &st.IndexBytes, &st.TotalBytes)
+	st.Now = now.Time
 	if err != nil || !st.Exists {
 		return st, err
 	}
-	st.Consumers, err = dialect.ScanConsumerStats(ctx, tx, q.statsRows)
+	st.Consumers, err = scanConsumerStats(ctx, tx, q.statsRows)
 	return st, err
 }
 
@@ -381,8 +386,10 @@ func (m *mysqlDialect) Forget(ctx context.Context, tx driver.Executor, p dialect
 	var f dialect.Forgotten
 	var live bool
 	var remainingMS int64
+	var processedAt utcTime
 	err := tx.QueryRow(ctx, q.forgetRead, p.Consumer, p.ID).
-		Scan(&f.State, &f.ProcessedAt, &f.Attempts, &f.LastError, &f.HadProduced, &live, &remainingMS)
+		Scan(&f.State, &processedAt, &f.Attempts, &f.LastError, &f.HadProduced, &live, &remainingMS)
+	f.ProcessedAt = processedAt.Time
 	switch {
 	case errors.Is(err, driver.ErrNoRows):
 		return dialect.Forgotten{}, nil

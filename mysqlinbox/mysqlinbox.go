@@ -2,7 +2,7 @@
 // github.com/go-sql-driver/mysql: the same transaction mode, lease mode, dead letters, produced messages, cleanup,
 // stats, forget and migrations as on PostgreSQL, with the handler's transaction a *sql.Tx.
 //
-//	db, err := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true")
+//	db, err := sql.Open("mysql", "app@tcp(db:3306)/app")
 //	router.AddMiddleware(mysqlinbox.Middleware(db, inbox.WithConsumer("wallet-credits")))
 //	router.AddConsumerHandler("wallet-credits", "deposits", sub, func(msg *message.Message) error {
 //		tx, _ := inbox.TxFromContext(msg.Context())
@@ -10,8 +10,9 @@
 //		return err
 //	})
 //
-// The connection string must set parseTime=true: the inbox reads the database's clock as time values. Everything
-// else the inbox offers (Migrate, Cleanup, NewCleaner, ReadStats, Forget, Remembers) is a method of the
+// The inbox's times are DATETIME values in UTC, read as such with or without the connection string's parseTime;
+// leave its loc at the default, UTC, in which the driver writes the times the inbox passes back. Everything else
+// the inbox offers (Migrate, Cleanup, NewCleaner, ReadStats, Forget, Remembers) is a method of the
 // *inbox.Database that Database returns.
 //
 // What differs from PostgreSQL:

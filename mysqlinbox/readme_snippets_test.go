@@ -13,7 +13,7 @@ import (
 // The MySQL snippets of the README and of docs/guides/mariadb.md, verbatim, for the compiler (see the root's
 // TestREADME_EverySnippetIsCompiledCode). The functions are compiled, never called.
 func readmeMySQL(ctx context.Context, router *message.Router, sub message.Subscriber, amount, id int) error {
-	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true") // parseTime=true is required
+	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app")
 	if err := mysqlinbox.Database(db).Migrate(ctx); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func readmeMySQL(ctx context.Context, router *message.Router, sub message.Subscr
 }
 
 func readmeMySQLShort(router *message.Router, sub message.Subscriber, credit func(context.Context, *sql.Tx, *message.Message) error) {
-	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app?parseTime=true") // parseTime=true is required
+	db, _ := sql.Open("mysql", "app@tcp(db:3306)/app")
 	router.AddMiddleware(mysqlinbox.Middleware(db))
 	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(credit)) // as on PostgreSQL
 }

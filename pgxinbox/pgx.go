@@ -3,6 +3,7 @@ package pgxinbox
 import (
 	"context"
 	"errors"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,18 +28,48 @@ type Beginner interface {
 var (
 	_ driver.PoolLimit      = pool{}
 	_ driver.CommitWithPool = pool{}
+	_ driver.Identifier     = pool{}
 	_ driver.Pipeliner      = (*deferredView)(nil)
 	_ driver.Deferrer       = (*deferredView)(nil)
 	_ driver.CommitWither   = (*deferredView)(nil)
 )
 
-// Pool returns the inbox's view of p: every transaction the inbox begins, it begins on p.
+// Pool returns the inbox's view of p: every transaction the inbox begins, it begins on p. Over a nil p (a nil
+// *pgxpool.Pool, say) the view reaches no database: it says so (driver.Identifier), and the inbox refuses it when
+// it is built.
 func Pool(p Beginner) driver.Pool {
+	if isNil(p) {
+		return pool{}
+	}
 	maxConns := 0
 	if pp, ok := p.(*pgxpool.Pool); ok {
 		maxConns = int(pp.Config().MaxConns) // fixed when the pool is made; Config copies it, so read it once
 	}
 	return pool{p, maxConns}
+}
+
+// isNil reports whether p is nil, or a nil pointer (or map, or func) in a Beginner, which has nothing to begin on.
+func isNil(p Beginner) bool {
+	if p == nil {
+		return true
+	}
+	v := reflect.ValueOf(p)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Interface, reflect.Chan, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
+}
+
+// errNilPool is what a view of a nil Beginner answers, instead of panicking in every transaction.
+var errNilPool = errors.New("pgxinbox: the pool is nil")
+
+// Identify reports a nil Beginner, and otherwise PostgreSQL: pgx speaks no other protocol (driver.Identifier).
+func (p pool) Identify() (driver.Server, error) {
+	if p.b == nil {
+		return "", errNilPool
+	}
+	return driver.PostgreSQL, nil
 }
 
 // Tx returns the inbox's view of tx, a transaction someone else began and will end: the inbox only runs statements
@@ -70,6 +101,8 @@ type acquirer interface {
 
 func (p pool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	switch b := p.b.(type) {
+	case nil:
+		return nil, errNilPool
 	case acquirer:
 		c, err := b.Acquire(ctx)
 		if err != nil {

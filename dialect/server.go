@@ -1,0 +1,44 @@
+package dialect
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Speaker is implemented by a dialect that names the server its SQL is written for, so that the inbox can refuse
+// a database of another kind with an error that says so, instead of the syntax error of its first statement.
+type Speaker interface {
+	Speaks() driver.Server
+}
+
+// AskServer asks the database behind q which server it is, for a pool that cannot tell by itself
+// (driver.Identifier). It returns the server, "" when the answer names neither kind, and what to call it in a
+// message: "MariaDB 10.11.6", say, or the version as the server gave it.
+//
+// version() is the one statement both kinds answer alike: PostgreSQL's begins with "PostgreSQL", and its forks
+// keep that; MariaDB's names MariaDB; MySQL's is only a version number, such as "8.0.36", as are those of the
+// servers that speak its protocol (TiDB's "8.0.11-TiDB-v7.5.0").
+func AskServer(ctx context.Context, q driver.Executor) (server driver.Server, name string, err error) {
+	var version string
+	if err := q.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return "", "", fmt.Errorf("ask the server its version: %w", err)
+	}
+	switch {
+	case strings.HasPrefix(version, "PostgreSQL"):
+		if f := strings.Fields(version); len(f) >= 2 {
+			return driver.PostgreSQL, f[0] + " " + f[1], nil // without "on x86_64-pc-linux-gnu, compiled by ..."
+		}
+		return driver.PostgreSQL, version, nil
+	case strings.Contains(version, "MariaDB"):
+		if i := strings.Index(version, "-MariaDB"); i > 0 {
+			version = version[:i] // "10.11.6-MariaDB-0+deb12u1"
+		}
+		return driver.MySQL, "MariaDB " + version, nil
+	case version != "" && version[0] >= '0' && version[0] <= '9':
+		return driver.MySQL, "MySQL " + version, nil
+	}
+	return "", version, nil
+}
