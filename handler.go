@@ -13,7 +13,8 @@ import (
 
 // ErrNoTx reports a handler built with Handler or ProducingHandler (or pgxinbox's) that found no transaction of its
 // kind in its message's context, so its function was not called: the error says why and what to do. It is a fault
-// of the wiring, so retrying the message cannot mend it.
+// of the wiring, so retrying the message cannot mend it: under the inbox's middleware the message is held back for
+// the reject delay, as for other configuration faults, and IsPermanent reports true.
 var ErrNoTx = errors.New("inbox: no inbox transaction in the message's context")
 
 // Handler adapts fn to a Watermill handler that runs fn on the inbox's transaction: the transaction that holds
@@ -25,7 +26,8 @@ var ErrNoTx = errors.New("inbox: no inbox transaction in the message's context")
 //
 // fn is never called without a transaction: when the context holds none (the handler runs outside the inbox's
 // middleware, in lease mode, or under a joined subscriber transaction that is not a *sql.Tx), the handler returns
-// an error wrapping ErrNoTx, which says why, and the router nacks the message. In batch mode (WithBatch) the
+// an error wrapping ErrNoTx, which says why, and the message is nacked (after the reject delay, under the
+// middleware). In batch mode (WithBatch) the
 // handler takes the batch's transaction before fn runs and holds it until fn returns; a handler that works long
 // outside the database before it writes should call TxFromContext itself once that work is done, so that the
 // work overlaps the batch's other handlers. Handler panics if fn is nil.

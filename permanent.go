@@ -15,6 +15,7 @@ var permanentErrors = []error{
 	ErrSchemaDrift,        // the table has another shape: an operator must mend it
 	// The table has no id left for the consumer's new name: only an operator, or another name or table, can help.
 	ErrConsumerIDsExhausted,
+	ErrNoTx, // a handler helper found no transaction of its kind: a fault of the wiring, held back like one
 }
 
 // IsPermanent reports whether err, as the middleware returns it, says that running the middleware again for the

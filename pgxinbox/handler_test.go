@@ -79,7 +79,7 @@ func TestHandler(t *testing.T) {
 	t.Run("UnderADatabaseSQLInboxReturnsErrNoTxNamingInboxHandler", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := inbox.New(openStdlib(t, testDSN()), b.options()...)
+		ib, err := inbox.New(openStdlib(t, testDSN()), b.options(inbox.WithRejectDelay(time.Millisecond))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		_, err = ib.Middleware(asHandlerFunc(pgxinbox.Handler(b.creditOn(100, &calls))))(newMsg("evt-1"))
@@ -93,11 +93,15 @@ func TestHandler(t *testing.T) {
 	t.Run("InboxHandlerUnderAPgxInboxReturnsErrNoTxNamingPgxinboxHandler", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options()...)
+		const delay = 50 * time.Millisecond
+		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithRejectDelay(delay))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		fn := func(context.Context, *sql.Tx, *message.Message) error { calls.Add(1); return nil }
+		start := time.Now()
 		_, err = ib.Middleware(asHandlerFunc(inbox.Handler(fn)))(newMsg("evt-1"))
+		require.GreaterOrEqual(t, time.Since(start), delay, "a wiring fault is held back for the reject delay, not redelivered at once")
+		require.True(t, inbox.IsPermanent(err), "Retry must not run it again at once")
 		require.ErrorIs(t, err, inbox.ErrNoTx)
 		require.ErrorContains(t, err, "not a *sql.Tx")
 		require.ErrorContains(t, err, "pgxinbox.Handler")
