@@ -89,3 +89,44 @@ func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
 		t.Fatalf("the owner's commit keeps the view's row: %d, %v", n, err)
 	}
 }
+
+// BenchmarkStdSQL_BeginShared compares, over lib/pq, a transaction of one statement begun as batch mode begins its
+// own (a shared transaction, with one handler's view) with a plain one: what the views cost a batch. Read the two
+// as a ratio within one run.
+func BenchmarkStdSQL_BeginShared(b *testing.B) {
+	ctx := context.Background()
+	db := openLibpq(b)
+	p := StdSQL(db)
+	b.Run("kind=plain", func(b *testing.B) {
+		for b.Loop() {
+			tx, err := p.Begin(ctx, TxOptions{})
+			if err == nil {
+				_, err = tx.Exec(ctx, `SELECT 1`)
+			}
+			if err == nil {
+				err = tx.Commit(ctx)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("kind=shared", func(b *testing.B) {
+		for b.Loop() {
+			tx, err := p.(SharedPool).BeginShared(ctx, TxOptions{})
+			var v View
+			if err == nil {
+				v, err = tx.View(ctx)
+			}
+			if err == nil {
+				_, err = v.Native().(*sql.Tx).ExecContext(ctx, `SELECT 1`)
+			}
+			if err == nil {
+				err = tx.Commit(ctx)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -14,7 +14,7 @@ import (
 
 // openLibpq connects to the test database (INBOX_TEST_DATABASE_URL, or this machine's) with lib/pq, failing loudly
 // when it cannot.
-func openLibpq(t *testing.T) *sql.DB {
+func openLibpq(t testing.TB) *sql.DB {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs PostgreSQL; run without -short")
