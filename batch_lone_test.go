@@ -34,7 +34,7 @@ func TestBatch_ACopyOfALoneMessageWaitsForItInsteadOfDeadlocking(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	pool := &slowFirstBegin{Pool: driver.StdSQL(b.db), delay: 300 * time.Millisecond}
-	ib, err := inbox.OnDialect(inbox.Postgres, pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
+	ib, err := inbox.OnDialect(inbox.Postgres(), pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
 		inbox.WithBatch(0, 8))
 	require.NoError(t, err)
 	var calls atomic.Int64

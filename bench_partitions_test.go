@@ -29,7 +29,7 @@ func BenchmarkPartitionCreation(b *testing.B) {
 		b.Fatal(err)
 	}
 	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	pt := inbox.Postgres.(dialect.Partitioner)
+	pt := inbox.Postgres().(dialect.Partitioner)
 	pool := driver.StdSQL(db)
 	now := time.Now()
 	var round, longest time.Duration

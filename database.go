@@ -29,10 +29,10 @@ type Database struct {
 // watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. On joins only those it is given; the package-level functions
 // join v3's.
 func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
-	return OnDialect(Postgres, pool, joiners...)
+	return OnDialect(postgresDialect, pool, joiners...)
 }
 
-// OnDialect returns the Database that pool reaches, speaking d's SQL: Postgres, or another database's dialect
+// OnDialect returns the Database that pool reaches, speaking d's SQL: Postgres(), or another database's dialect
 // such as the mysqlinbox module's. A dialect that cannot join a subscriber's transaction refuses joiners: New
 // then fails with ErrInvalidOption.
 func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *Database {

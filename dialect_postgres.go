@@ -17,9 +17,11 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Postgres is the PostgreSQL dialect: the one On uses, and the package-level functions over a *sql.DB. Every
+// Postgres returns the PostgreSQL dialect: the one On uses, and the package-level functions over a *sql.DB. Every
 // statement it runs is in this file, formatted once per table name.
-var Postgres dialect.Dialect = &postgres{}
+func Postgres() dialect.Dialect { return postgresDialect }
+
+var postgresDialect dialect.Dialect = &postgres{}
 
 type postgres struct {
 	queries sync.Map // table name -> *pgQueries

@@ -102,7 +102,7 @@ func (r preparingRow) Scan(dest ...any) error {
 // feature_not_supported for a cached plan whose result changed), into errSessionLost, and tells s to keep no more
 // notes. Literals fit whatever the table has become.
 func sessionLost(s driver.SessionState, err error) error {
-	if code := sqlState(err); Postgres.Classify(err) != dialect.StatementMissing && code != "42804" && code != "0A000" {
+	if code := sqlState(err); postgresDialect.Classify(err) != dialect.StatementMissing && code != "42804" && code != "0A000" {
 		return err
 	}
 	s.SessionLost()

@@ -26,8 +26,8 @@ func TestOnDialect(t *testing.T) {
 
 	t.Run("OnSpeaksPostgreSQL", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, "postgres", inbox.Postgres.Name())
-		require.True(t, inbox.Postgres.JoinsSubscriberTx())
+		require.Equal(t, "postgres", inbox.Postgres().Name())
+		require.True(t, inbox.Postgres().JoinsSubscriberTx())
 	})
 
 	t.Run("ADialectThatCannotJoinRefusesJoinersAndTheJoinOption", func(t *testing.T) {
@@ -36,14 +36,14 @@ func TestOnDialect(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		pool := driver.StdSQL(db)
-		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres}, pool, joinNothing{}).New()
+		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres()}, pool, joinNothing{}).New()
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
-		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres}, pool).New(inbox.WithSubscriberTx(true))
+		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres()}, pool).New(inbox.WithSubscriberTx(true))
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 
-		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres}, pool).New()
+		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres()}, pool).New()
 		require.NoError(t, err)
-		_, err = inbox.OnDialect(inbox.Postgres, pool, joinNothing{}).New(inbox.WithSubscriberTx(true))
+		_, err = inbox.OnDialect(inbox.Postgres(), pool, joinNothing{}).New(inbox.WithSubscriberTx(true))
 		require.NoError(t, err, "PostgreSQL joins")
 	})
 
@@ -65,9 +65,9 @@ func TestPostgresClassifiesBySQLSTATE(t *testing.T) {
 		"2200H": dialect.SequenceExhausted,
 		"23502": dialect.StaleConsumer,
 	} {
-		require.Equal(t, want, inbox.Postgres.Classify(codeError(code)), code)
+		require.Equal(t, want, inbox.Postgres().Classify(codeError(code)), code)
 	}
-	require.Equal(t, dialect.Other, inbox.Postgres.Classify(nil))
+	require.Equal(t, dialect.Other, inbox.Postgres().Classify(nil))
 }
 
 type codeError string

@@ -77,7 +77,7 @@ func inboxWith(t *testing.T, opts ...Option) *Inbox {
 	t.Helper()
 	c, err := newConfig(opts)
 	require.NoError(t, err)
-	return &Inbox{cfg: c, store: newStore(Postgres, c.table, nil), readiness: newReadiness(c.table)}
+	return &Inbox{cfg: c, store: newStore(postgresDialect, c.table, nil), readiness: newReadiness(c.table)}
 }
 
 func TestIdentify_ReadsTheEventIDAndRefusesOneItCannotStore(t *testing.T) {

@@ -210,7 +210,7 @@ func TestPartitions_CopiesRacingAcrossABoundaryWhilePartitionsAreCreatedApplyOnc
 			}
 		}()
 	}
-	pt := inbox.Postgres.(dialect.Partitioner)
+	pt := inbox.Postgres().(dialect.Partitioner)
 	pool := driver.StdSQL(db)
 	created := make(chan error, 1)
 	go func() {
@@ -221,7 +221,7 @@ func TestPartitions_CopiesRacingAcrossABoundaryWhilePartitionsAreCreatedApplyOnc
 				From: inbox.UUID7Floor(from), To: inbox.UUID7Floor(from.Add(time.Hour))}
 			for {
 				err := inShortTxForTest(ctx, pool, func(tx driver.Tx) error { return pt.CreatePartition(ctx, tx, p) })
-				if err == nil || inbox.Postgres.Classify(err) != dialect.LockConflict {
+				if err == nil || inbox.Postgres().Classify(err) != dialect.LockConflict {
 					errs = append(errs, err)
 					break
 				}

@@ -38,7 +38,7 @@ func Migrations(opts ...Option) ([]Migration, error) {
 	if err != nil || c.partitionPeriod == 0 {
 		return ms, err
 	}
-	return Postgres.(dialect.Partitioner).PartitionedMigrations(c.table, ms)
+	return postgresDialect.(dialect.Partitioner).PartitionedMigrations(c.table, ms)
 }
 
 // textIDColumn is how 001_inbox.up.sql declares message_id, in the inbox table and the produced table alike;

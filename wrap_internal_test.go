@@ -9,7 +9,7 @@ import (
 
 func TestStoreWrap_BlamesTheEventIDOnlyWhereItIsTheOneUncheckedInput(t *testing.T) {
 	t.Parallel()
-	s := newStore(Postgres, "watermill_inbox", nil)
+	s := newStore(postgresDialect, "watermill_inbox", nil)
 	refusals := []pgError{"22P02", "22021", "54000"}
 
 	for _, op := range []string{"claim", "claim lease"} {

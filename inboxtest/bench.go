@@ -15,9 +15,9 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 )
 
-// InFlightCounts are the numbers of messages in flight the throughput benchmarks run at: one, a few partitions,
+// InFlightCounts returns the numbers of messages in flight the throughput benchmarks run at: one, a few partitions,
 // a prefetch window, and as many as one batch holds.
-var InFlightCounts = []int{1, 4, 8, 64}
+func InFlightCounts() []int { return []int{1, 4, 8, 64} }
 
 // InFlight runs handle b.N times from n goroutines at once, as a router with n messages in flight would, and
 // reports msgs/s. handle gets the message's number, unique within the benchmark run.
@@ -83,7 +83,7 @@ func Throughput(b *testing.B, t ThroughputTarget) {
 		{"inbox", nil},
 		{"batch", []inbox.Option{inbox.WithBatch(0, inbox.MaxBatchSize)}},
 	}
-	for _, inFlight := range InFlightCounts {
+	for _, inFlight := range InFlightCounts() {
 		b.Run(fmt.Sprintf("bare/inflight=%d", inFlight), func(b *testing.B) {
 			InFlight(b, inFlight, func(i int) error { return t.Bare(ctx, 1+i%t.Accounts) })
 		})

@@ -77,7 +77,7 @@ func copiesBesideAMessageInFlight(t *testing.T, isolation string, n int) {
 // time.
 func batchInbox(t *testing.T, b *testBundle, pool driver.Pool, n int) *inbox.Inbox {
 	t.Helper()
-	ib, err := inbox.OnDialect(mysqlinbox.Dialect, pool).New(b.options(inbox.WithBatch(time.Minute, n),
+	ib, err := inbox.OnDialect(mysqlinbox.Dialect(), pool).New(b.options(inbox.WithBatch(time.Minute, n),
 		inbox.WithBatchConcurrency(1))...)
 	require.NoError(t, err)
 	return ib

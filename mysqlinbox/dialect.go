@@ -17,8 +17,11 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Dialect is the inbox's dialect for MySQL 8 and MariaDB 10.11 or later, for inbox.OnDialect. Database uses it.
-var Dialect dialect.Dialect = &mysqlDialect{}
+// Dialect returns the inbox's dialect for MySQL 8 and MariaDB 10.11 or later, for inbox.OnDialect. Database uses
+// it.
+func Dialect() dialect.Dialect { return theDialect }
+
+var theDialect dialect.Dialect = &mysqlDialect{}
 
 type mysqlDialect struct {
 	queries sync.Map // table name -> *queries

@@ -42,7 +42,7 @@ import (
 )
 
 // Database returns the MySQL database db reaches, for the inbox's operations.
-func Database(db *sql.DB) *inbox.Database { return inbox.OnDialect(Dialect, driver.StdSQL(db)) }
+func Database(db *sql.DB) *inbox.Database { return inbox.OnDialect(Dialect(), driver.StdSQL(db)) }
 
 // New checks the options and returns an Inbox over db, as inbox.New does on PostgreSQL.
 func New(db *sql.DB, opts ...inbox.Option) (*inbox.Inbox, error) {

@@ -551,7 +551,7 @@ func TestJoiningASubscribersTransactionIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, inbox.ErrInvalidOption)
 	require.ErrorContains(t, err, "cannot join a subscriber's transaction")
 
-	_, err = inbox.OnDialect(mysqlinbox.Dialect, driver.StdSQL(db), joinAlways{}).New()
+	_, err = inbox.OnDialect(mysqlinbox.Dialect(), driver.StdSQL(db), joinAlways{}).New()
 	require.ErrorIs(t, err, inbox.ErrInvalidOption)
 
 	_, err = mysqlinbox.New(db)
@@ -571,10 +571,10 @@ func TestClassifyNamesTheErrorsTheInboxBranchesOn(t *testing.T) {
 		1062: dialect.Other, 1064: dialect.Other,
 	} {
 		err := fmt.Errorf("wrapped: %w", &mysql.MySQLError{Number: number, Message: "x"})
-		require.Equal(t, want, mysqlinbox.Dialect.Classify(err), "error %d", number)
+		require.Equal(t, want, mysqlinbox.Dialect().Classify(err), "error %d", number)
 	}
-	require.Equal(t, dialect.ValueRefused, mysqlinbox.Dialect.Classify(mysql.ErrPktTooLarge))
-	require.True(t, mysqlinbox.Dialect.Classify(&mysql.MySQLError{Number: 1213}).Retryable())
+	require.Equal(t, dialect.ValueRefused, mysqlinbox.Dialect().Classify(mysql.ErrPktTooLarge))
+	require.True(t, mysqlinbox.Dialect().Classify(&mysql.MySQLError{Number: 1213}).Retryable())
 }
 
 // sessionPrepares reads how many statements the session of q's connection has prepared.

@@ -29,6 +29,7 @@ package otelinbox
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -60,9 +61,11 @@ const (
 // OutcomeDuplicate is the outcome of the span of a skipped copy of an applied message.
 const OutcomeDuplicate = "duplicate"
 
-// DurationBuckets are the boundaries, in seconds, of the claim and commit duration histograms: from half a
+// DurationBuckets returns the boundaries, in seconds, of the claim and commit duration histograms: from half a
 // millisecond, a claim on a local database, to ten seconds, a database that is struggling.
-var DurationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+func DurationBuckets() []float64 { return slices.Clone(durationBuckets) }
+
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // Option configures NewObserver.
 type Option func(*config)
@@ -126,7 +129,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	}
 	histogram := func(name, desc string) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
-			metric.WithExplicitBucketBoundaries(DurationBuckets...))
+			metric.WithExplicitBucketBoundaries(DurationBuckets()...))
 		errs = append(errs, err)
 		return h
 	}

@@ -34,6 +34,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,9 +66,11 @@ type Observer struct {
 
 var _ inbox.Observer = (*Observer)(nil)
 
-// DurationBuckets are the upper bounds, in seconds, of the claim and commit duration histograms: from half a
+// DurationBuckets returns the upper bounds, in seconds, of the claim and commit duration histograms: from half a
 // millisecond, a claim on a local database, to ten seconds, a database that is struggling.
-var DurationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+func DurationBuckets() []float64 { return slices.Clone(durationBuckets) }
+
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // NewObserver creates the inbox's metrics and registers them on reg. It fails if reg already has them, as when
 // NewObserver is called twice with one registry: share the first Observer instead.
@@ -79,7 +82,7 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	histogram := func(name, help string, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: DurationBuckets}, labels)
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: DurationBuckets()}, labels)
 	}
 	o := &Observer{
 		claims: counter("watermill_inbox_claims_total",
