@@ -1,10 +1,7 @@
 package inbox_test
 
 import (
-	"bytes"
 	"errors"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,42 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
-
-// lockedBuffer is a bytes.Buffer that handlers running at once may write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the lines written that contain text.
-func (b *lockedBuffer) lines(text string) []string {
-	var out []string
-	for _, line := range strings.Split(b.String(), "\n") {
-		if strings.Contains(line, text) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
 
 func TestDefaultLogger(t *testing.T) {
 	t.Parallel()
 
 	// quiet builds an Inbox over b's table with no WithLogger, its default logger writing to out.
-	quiet := func(t *testing.T, b *testBundle, out *lockedBuffer, opts ...inbox.Option) *inbox.Inbox {
+	quiet := func(t *testing.T, b *testBundle, out *inboxtest.LockedBuffer, opts ...inbox.Option) *inbox.Inbox {
 		t.Helper()
 		ib, err := inbox.New(b.db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
 			inbox.WithRejectDelay(time.Millisecond), inbox.WithDefaultLogOutput(out)}, opts...)...)
@@ -58,11 +27,11 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("LogsAMessageWithoutAnEventIDAtError", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		out := &lockedBuffer{}
+		out := &inboxtest.LockedBuffer{}
 		_, err := quiet(t, b, out).Middleware(b.credit(100, nil))(newMsg(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 
-		lines := out.lines("Inbox cannot apply message;")
+		lines := out.Lines("Inbox cannot apply message;")
 		require.Len(t, lines, 1, "what holds a message back reaches the default output:\n%s", out)
 		require.Contains(t, lines[0], "level=ERROR")
 		require.Contains(t, lines[0], "invalid event ID")
@@ -72,11 +41,11 @@ func TestDefaultLogger(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		b := &testBundle{db: db, table: uniqueName("inbox_missing")} // no table, and none created
-		out := &lockedBuffer{}
+		out := &inboxtest.LockedBuffer{}
 		_, err := quiet(t, b, out, inbox.WithAutoMigrate(false)).Middleware(b.credit(100, nil))(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 
-		lines := out.lines("Inbox cannot apply messages;")
+		lines := out.Lines("Inbox cannot apply messages;")
 		require.Len(t, lines, 1, "what holds every message back reaches the default output:\n%s", out)
 		require.Contains(t, lines[0], "level=ERROR")
 		require.Contains(t, lines[0], b.table)
@@ -85,7 +54,7 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("KeepsDebugAndInfoQuiet", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		out := &lockedBuffer{}
+		out := &inboxtest.LockedBuffer{}
 		h := quiet(t, b, out).Middleware(b.credit(100, nil))
 		for range 2 { // the second is a duplicate, which is logged at info
 			_, err := h(newMsg("evt-1"))
@@ -98,7 +67,7 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("GivesWayToWithLogger", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		out, logs := &lockedBuffer{}, &recordingLogger{}
+		out, logs := &inboxtest.LockedBuffer{}, &recordingLogger{}
 		_, err := quiet(t, b, out, inbox.WithLogger(logs)).Middleware(b.credit(100, nil))(newMsg(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 		require.Empty(t, out.String())

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,22 +29,34 @@ const pgbouncerBinary = "/usr/sbin/pgbouncer"
 // run on different server connections, as they do behind a busy production pooler.
 const PgbouncerPoolSize = 4
 
-// lockedBuffer collects a child process's output while the test reads it.
-type lockedBuffer struct {
+// LockedBuffer is a bytes.Buffer that several goroutines may write to while a test reads it: a child process's
+// output, or a logger's that handlers running at once write to.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Lines returns the lines written so far that contain text.
+func (b *LockedBuffer) Lines(text string) []string {
+	var out []string
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.Contains(line, text) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // StartPgbouncer starts a pgbouncer of its own in transaction pooling mode on a free loopback port, in front of the
@@ -105,7 +118,7 @@ pidfile =
 	configFile := filepath.Join(dir, "pgbouncer.ini")
 	require.NoError(t, os.WriteFile(configFile, []byte(config), 0o644))
 
-	out := &lockedBuffer{}
+	out := &LockedBuffer{}
 	cmd := exec.Command(pgbouncerBinary, configFile)
 	cmd.Stdout, cmd.Stderr = out, out
 	// The pooler dies with the test process, even one killed by a timeout. The kernel forgets the parent-death
