@@ -7,7 +7,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
-	github.com/effectively-once/watermill-inbox v0.0.0
+	github.com/effectively-once/watermill-inbox v0.1.0
 	github.com/lib/pq v1.12.3
 	github.com/stretchr/testify v1.11.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -53,5 +53,3 @@ require (
 	golang.org/x/text v0.37.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/effectively-once/watermill-inbox => ../
