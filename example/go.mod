@@ -7,13 +7,14 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
-	github.com/effectively-once/watermill-inbox v0.0.0
+	github.com/effectively-once/watermill-inbox v0.1.0
 	github.com/lib/pq v1.12.3
 	github.com/stretchr/testify v1.11.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
 require (
+	github.com/ThreeDotsLabs/watermill-sql/v3 v3.1.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/dnwe/otelsarama v0.0.0-20240308230250-9388d9d40bc0 // indirect
@@ -53,5 +54,3 @@ require (
 	golang.org/x/text v0.37.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/effectively-once/watermill-inbox => ../

@@ -10,7 +10,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-nats/v2 v2.1.3
 	github.com/ThreeDotsLabs/watermill-redisstream v1.4.5
 	github.com/ThreeDotsLabs/watermill-sql/v3 v3.1.0
-	github.com/effectively-once/watermill-inbox v0.0.0
+	github.com/effectively-once/watermill-inbox v0.1.0
 	github.com/google/uuid v1.6.0
 	github.com/lib/pq v1.12.3
 	github.com/nats-io/nats.go v1.37.0
@@ -44,8 +44,8 @@ require (
 	github.com/eapache/go-resiliency v1.7.0 // indirect
 	github.com/eapache/go-xerial-snappy v0.0.0-20230731223053-c322873962e3 // indirect
 	github.com/eapache/queue v1.1.0 // indirect
-	github.com/effectively-once/watermill-inbox/mysqlinbox v0.0.0
-	github.com/effectively-once/watermill-inbox/pgxinbox v0.0.0
+	github.com/effectively-once/watermill-inbox/mysqlinbox v0.1.0
+	github.com/effectively-once/watermill-inbox/pgxinbox v0.1.0
 	github.com/go-logr/logr v1.4.2 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-sql-driver/mysql v1.10.1
@@ -80,9 +80,3 @@ require (
 	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 )
-
-replace github.com/effectively-once/watermill-inbox => ../
-
-replace github.com/effectively-once/watermill-inbox/pgxinbox => ../pgxinbox
-
-replace github.com/effectively-once/watermill-inbox/mysqlinbox => ../mysqlinbox

@@ -2,11 +2,9 @@ module github.com/effectively-once/watermill-inbox/mysqlinbox
 
 go 1.24.0
 
-replace github.com/effectively-once/watermill-inbox => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
-	github.com/effectively-once/watermill-inbox v0.0.0-00010101000000-000000000000
+	github.com/effectively-once/watermill-inbox v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/lib/pq v1.12.3
 	github.com/stretchr/testify v1.11.1

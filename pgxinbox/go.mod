@@ -2,12 +2,10 @@ module github.com/effectively-once/watermill-inbox/pgxinbox
 
 go 1.24.0
 
-replace github.com/effectively-once/watermill-inbox => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
-	github.com/effectively-once/watermill-inbox v0.0.0-00010101000000-000000000000
+	github.com/effectively-once/watermill-inbox v0.1.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.8.0
 	github.com/lib/pq v1.12.3
@@ -15,6 +13,7 @@ require (
 )
 
 require (
+	github.com/ThreeDotsLabs/watermill-sql/v3 v3.1.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
