@@ -2,12 +2,15 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction: a
@@ -31,8 +34,8 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 	if !carries.(bool) {
 		return nil
 	}
-	if _, ok := i.db.joined(ctx); ok {
-		return nil
+	if tx, ok := i.db.joined(ctx); ok {
+		return i.checkJoinedNative(tx, handler)
 	}
 	if !i.db.dialect.JoinsSubscriberTx() {
 		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction the %s inbox "+
@@ -45,6 +48,28 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 		"apply each message in that transaction; or give WithSubscriberTx(false) to apply it in one of the inbox's "+
 		"own, for a subscriber that reads from another database than the inbox's",
 		ErrInvalidOption, quoteShort(handler))
+}
+
+// checkJoinedNative refuses a joined transaction that the handler cannot get as its client library's: watermill-sql
+// v4's subscriber over pgx under an inbox over database/sql, or over database/sql under an inbox over pgx. The
+// inbox's statements would run in it, but TxFromContext would find no transaction in every message, and a handler
+// that counts on one would panic on nil, or write its effect outside the transaction that holds the row. A pool that
+// does not tell its type (driver.NativeTyper) is let be.
+func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
+	nt, ok := i.db.pool.(driver.NativeTyper)
+	if !ok || nt.IsNative(tx.Native()) {
+		return nil
+	}
+	fix := "build the inbox with pgxinbox (pgxinbox.New, or pgxinbox.Database) over the pgx pool the subscriber " +
+		"uses, or the subscriber with watermill-sql's database/sql adapter (BeginnerFromStdSQL) over the inbox's *sql.DB"
+	if _, std := tx.Native().(*sql.Tx); std {
+		fix = "build the subscriber with watermill-sql's pgx adapter (BeginnerFromPgx) over the inbox's pool, or the " +
+			"inbox over database/sql: inbox.On(driver.StdSQL(db), pgxinbox.SQLv4Joiner()) with the subscriber's *sql.DB"
+	}
+	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber through its adapter for another client "+
+		"library than the inbox's: the subscriber's transaction is a %T, and the inbox's handlers ask for a %s, so "+
+		"TxFromContext would find none; %s; or give WithSubscriberTx(false) to apply each message in a transaction "+
+		"of the inbox's own", ErrInvalidOption, quoteShort(handler), tx.Native(), nt.NativeType(), fix)
 }
 
 // carriesSQLSubscriberTx reports whether ctx holds the transaction watermill-sql's subscriber (v3 or v4) puts in
