@@ -10,12 +10,16 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction: a
-// handler reads from one subscriber, so its first message tells.
-type subscriberTxs struct{ carries sync.Map } // handler name → bool
+// subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction, and
+// that the transaction is on the inbox's database: a handler reads from one subscriber, so its first message tells.
+type subscriberTxs struct {
+	carries      sync.Map // handler name → bool
+	sameDatabase sync.Map // handler name → struct{}, once checkJoinedDatabase passed
+}
 
 // checkSubscriberTx refuses a message that carries watermill-sql's subscriber transaction when no joiner of the
 // Database finds it and WithSubscriberTx(false) was not given. Applying it in a transaction of the inbox's own
@@ -70,6 +74,41 @@ func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
 		"library than the inbox's: the subscriber's transaction is a %T, and the inbox's handlers ask for a %s, so "+
 		"TxFromContext would find none; %s; or give WithSubscriberTx(false) to apply each message in a transaction "+
 		"of the inbox's own", ErrInvalidOption, quoteShort(handler), tx.Native(), nt.NativeType(), fix)
+}
+
+// checkJoinedDatabase refuses a joined transaction on another database than the inbox's pool reaches: a subscriber
+// that reads from another database, joined by default. The claim would find no inbox table there (or another
+// inbox's, whose rows the inbox's own operations never see), and the error would say to run Migrate, which ran. It
+// asks once per handler, in the savepoint of the message's attempt, so that a failure leaves the subscriber's
+// transaction usable; an answer that differs is checked again with the pool's asked anew, in case the server
+// restarted, and is not remembered. A dialect that cannot tell (dialect.Locator) is let be.
+func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
+	loc, ok := i.db.dialect.(dialect.Locator)
+	if !ok {
+		return nil
+	}
+	if _, same := i.subscriberTxs.sameDatabase.Load(handler); same {
+		return nil
+	}
+	theirs, err := loc.Locate(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("inbox: check the database of the subscriber's transaction: %w", err)
+	}
+	ours, err := i.db.location(ctx, loc, false)
+	if err == nil && ours != theirs {
+		ours, err = i.db.location(ctx, loc, true)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: check the database of the inbox: %w", err)
+	}
+	if ours != theirs {
+		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction is on another "+
+			"database than the inbox's (%s; the inbox's is %s), and the inbox joins that transaction by default: "+
+			"give WithSubscriberTx(false) to apply each message in a transaction of the inbox's own, on its database, "+
+			"or build the inbox over the subscriber's database", ErrInvalidOption, quoteShort(handler), theirs, ours)
+	}
+	i.subscriberTxs.sameDatabase.Store(handler, struct{}{})
+	return nil
 }
 
 // carriesSQLSubscriberTx reports whether ctx holds the transaction watermill-sql's subscriber (v3 or v4) puts in
