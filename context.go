@@ -74,8 +74,9 @@ func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Contex
 //     middleware (a handler the middleware does not wrap, a test that calls the handler itself, a goroutine with
 //     context.Background), or a middleware between the inbox and the handler replaced the message's context;
 //   - lease mode (WithLease), which runs the handler outside any transaction: use LeaseFromContext;
-//   - the transaction is not a *sql.Tx: the inbox runs over pgx (pgxinbox), or joined watermill-sql v4's
-//     subscriber over its pgx adapter; pgxinbox.TxFromContext returns it;
+//   - the transaction is not a *sql.Tx: the inbox runs over pgx (pgxinbox); pgxinbox.TxFromContext returns it.
+//     (A database/sql inbox never joins watermill-sql v4's subscriber over its pgx adapter: it holds such a
+//     message back, before the handler runs, with an error wrapping ErrInvalidOption);
 //   - in batch mode, the inbox could not give the handler its view of the batch's transaction: the transaction had
 //     ended (the handler ran after its message was settled), or the database refused to begin the view.
 //

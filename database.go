@@ -22,6 +22,8 @@ type Database struct {
 	joiners []driver.Joiner
 	// serverOK is set once the server is known to be one the dialect speaks, or cannot be told (checkServer).
 	serverOK atomic.Bool
+	// home is where the pool reaches, as the dialect's Locator describes it, once asked (location).
+	home atomic.Pointer[string]
 }
 
 // On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
@@ -52,6 +54,25 @@ func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {
 		}
 	}
 	return nil, false
+}
+
+// location returns where the pool reaches, as the dialect's Locator describes it: asked once, and again when
+// fresh (a server that restarted describes itself anew).
+func (d *Database) location(ctx context.Context, loc dialect.Locator, fresh bool) (string, error) {
+	if home := d.home.Load(); home != nil && !fresh {
+		return *home, nil
+	}
+	tx, err := d.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
+	if err != nil {
+		return "", fmt.Errorf("begin: %w", err)
+	}
+	home, err := loc.Locate(ctx, tx)
+	_ = tx.Rollback(ctx) // it only read
+	if err != nil {
+		return "", err
+	}
+	d.home.Store(&home)
+	return home, nil
 }
 
 // check refuses, without a round trip, a Database that cannot work: a nil one, a pool over a nil handle, or a pool

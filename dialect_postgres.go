@@ -597,6 +597,19 @@ func sqlState(err error) string {
 	return ""
 }
 
+var _ dialect.Locator = (*postgres)(nil) // a rename would switch the check of a joined transaction's database off
+
+// Locate names the database and tells its server by the server's start time rather than by its address: one
+// server reached by two routes (a socket, a pooler, another interface) answers two addresses, but one start time.
+// Only a restart changes it, and the inbox asks again when two answers differ.
+func (*postgres) Locate(ctx context.Context, q driver.Executor) (string, error) {
+	var name, started string
+	if err := q.QueryRow(ctx, "SELECT current_database(), pg_postmaster_start_time()::text").Scan(&name, &started); err != nil {
+		return "", fmt.Errorf("ask which database this is: %w", err)
+	}
+	return fmt.Sprintf("database %q of the server started at %s", name, started), nil
+}
+
 // JoinsSubscriberTx is true: a deferred constraint trigger (migrations/003_applying_guard.up.sql) fails a commit
 // that would keep an unfinished claim.
 func (*postgres) JoinsSubscriberTx() bool { return true }

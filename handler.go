@@ -25,9 +25,8 @@ var ErrNoTx = errors.New("inbox: no inbox transaction in the message's context")
 //	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(credit))
 //
 // fn is never called without a transaction: when the context holds none (the handler runs outside the inbox's
-// middleware, in lease mode, or under a joined subscriber transaction that is not a *sql.Tx), the handler returns
-// an error wrapping ErrNoTx, which says why, and the message is nacked (after the reject delay, under the
-// middleware). In batch mode (WithBatch) the
+// middleware, in lease mode, or under an inbox over pgx), the handler returns an error wrapping ErrNoTx, which says
+// why, and the message is nacked (after the reject delay, under the middleware). In batch mode (WithBatch) the
 // handler takes the batch's transaction before fn runs and holds it until fn returns; a handler that works long
 // outside the database before it writes should call TxFromContext itself once that work is done, so that the
 // work overlaps the batch's other handlers. Handler panics if fn is nil.

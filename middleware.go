@@ -245,6 +245,13 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
 	}
 	defer rollback() // runs on a panic too
+	if err := i.checkJoinedDatabase(ctx, tx, message.HandlerNameFromCtx(ctx)); err != nil {
+		rollback()
+		if errors.Is(err, ErrInvalidOption) {
+			return nil, i.holdBack(msg, err) // a fault of the configuration, not of the message
+		}
+		return nil, err
+	}
 	ob := i.observe(msg, consumer, id, ModeJoined)
 	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h, ob)
 	if err != nil || skipped {

@@ -225,9 +225,12 @@ func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.reject
 
 // WithSubscriberTx decides whether the inbox joins the transaction of watermill-sql's subscriber when the message
 // carries one (the default, true), through the Database's joiners (SQLv3Joiner for v3, which New and Middleware
-// join by default; pgxinbox.SQLv4Joiner for v4). Turn it off when that subscriber reads from another database than the inbox's: the inbox then opens its own
-// transaction on its own database. With it on, a message that carries such a transaction that no joiner finds is
-// held back with ErrInvalidOption rather than applied outside it.
+// join by default; pgxinbox.SQLv4Joiner for v4). Turn it off when that subscriber reads from another database than
+// the inbox's: the inbox then opens its own transaction on its own database. With it on, a message is held back
+// with ErrInvalidOption rather than applied outside the transaction it carries when no joiner finds that
+// transaction, when the transaction is on another database than the inbox's, and when it is of another client
+// library's than the inbox's (watermill-sql v4 over pgx under an inbox over database/sql), whose handlers could not
+// reach it.
 func WithSubscriberTx(join bool) Option {
 	return func(c *config) { c.subscriberTx, c.subscriberTxSet = join, true }
 }

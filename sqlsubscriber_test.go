@@ -1,7 +1,9 @@
 package inbox_test
 
 import (
+	"database/sql"
 	"errors"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,6 +177,76 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 				logged := b.logs.find("cannot apply messages")[0]
 				require.ErrorIs(t, logged.err, inbox.ErrInvalidOption)
 				require.ErrorContains(t, logged.err, "inbox.SQLv3Joiner")
+				return
+			}
+			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.EqualValues(t, 1, calls.Load())
+			require.Equal(t, 100, b.balance(t))
+		})
+	}
+}
+
+// otherDatabase creates a PostgreSQL database beside the test's, on the same server, and returns a handle on it; the
+// database is dropped when the test ends.
+func otherDatabase(t *testing.T, db *sql.DB) *sql.DB {
+	t.Helper()
+	name := uniqueName("inbox_other")
+	_, err := db.Exec(`CREATE DATABASE ` + name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if _, err := db.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(testDSN())
+	require.NoError(t, err)
+	u.Path = "/" + name
+	other, err := sql.Open(testDriver, u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	return other
+}
+
+// TestMiddleware_ASubscriberOnAnotherDatabaseIsHeldBackNamingTheOption: watermill-sql's subscriber reads from a
+// database other than the inbox's, and the inbox joins its transaction by default. Its claim would find no inbox
+// table there (or another inbox's), so the message is held back with an error that says the subscriber's
+// transaction is on another database and names WithSubscriberTx(false); with that option the message is applied
+// once, on the inbox's database.
+func TestMiddleware_ASubscriberOnAnotherDatabaseIsHeldBackNamingTheOption(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]inbox.Option{
+		"Joined":               nil,
+		"OwnTransactionChosen": {inbox.WithSubscriberTx(false)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t)
+			other := otherDatabase(t, b.db)
+			topic := newSQLTopic(t, other)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			ib, err := inbox.New(b.db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithLogger(b.logs),
+				inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...)
+			require.NoError(t, err)
+			router.AddMiddleware(ib.Middleware)
+			var calls atomic.Int64
+			router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, other, "wallet"), func(msg *message.Message) error {
+				_, err := b.credit(100, &calls)(msg)
+				return err
+			})
+			runRouter(t, router)
+
+			require.NoError(t, newSQLPublisher(t, other).Publish(topic, newMsg("evt-1")))
+			if opts == nil {
+				require.Eventually(t, func() bool { return len(b.logs.find("cannot apply messages")) >= 2 },
+					30*time.Second, 10*time.Millisecond)
+				require.Zero(t, calls.Load(), "the handler must not run in a transaction on another database")
+				require.Zero(t, b.rows(t, "wallet-credits"))
+				for _, logged := range b.logs.find("cannot apply messages") {
+					require.ErrorIs(t, logged.err, inbox.ErrInvalidOption)
+					require.ErrorContains(t, logged.err, "another database than the inbox's")
+					require.ErrorContains(t, logged.err, "WithSubscriberTx(false)")
+				}
 				return
 			}
 			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)

@@ -2,17 +2,24 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction: a
-// handler reads from one subscriber, so its first message tells.
-type subscriberTxs struct{ carries sync.Map } // handler name → bool
+// subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction, and
+// that the transaction is on the inbox's database: a handler reads from one subscriber, so its first message tells.
+type subscriberTxs struct {
+	carries      sync.Map // handler name → bool
+	sameDatabase sync.Map // handler name → struct{}, once checkJoinedDatabase passed
+}
 
 // checkSubscriberTx refuses a message that carries watermill-sql's subscriber transaction when no joiner of the
 // Database finds it and WithSubscriberTx(false) was not given. Applying it in a transaction of the inbox's own
@@ -31,8 +38,8 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 	if !carries.(bool) {
 		return nil
 	}
-	if _, ok := i.db.joined(ctx); ok {
-		return nil
+	if tx, ok := i.db.joined(ctx); ok {
+		return i.checkJoinedNative(tx, handler)
 	}
 	if !i.db.dialect.JoinsSubscriberTx() {
 		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction the %s inbox "+
@@ -45,6 +52,63 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 		"apply each message in that transaction; or give WithSubscriberTx(false) to apply it in one of the inbox's "+
 		"own, for a subscriber that reads from another database than the inbox's",
 		ErrInvalidOption, quoteShort(handler))
+}
+
+// checkJoinedNative refuses a joined transaction that the handler cannot get as its client library's: watermill-sql
+// v4's subscriber over pgx under an inbox over database/sql, or over database/sql under an inbox over pgx. The
+// inbox's statements would run in it, but TxFromContext would find no transaction in every message, and a handler
+// that counts on one would panic on nil, or write its effect outside the transaction that holds the row. A pool that
+// does not tell its type (driver.NativeTyper) is let be.
+func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
+	nt, ok := i.db.pool.(driver.NativeTyper)
+	if !ok || nt.IsNative(tx.Native()) {
+		return nil
+	}
+	fix := "build the inbox with pgxinbox (pgxinbox.New, or pgxinbox.Database) over the pgx pool the subscriber " +
+		"uses, or the subscriber with watermill-sql's database/sql adapter (BeginnerFromStdSQL) over the inbox's *sql.DB"
+	if _, std := tx.Native().(*sql.Tx); std {
+		fix = "build the subscriber with watermill-sql's pgx adapter (BeginnerFromPgx) over the inbox's pool, or the " +
+			"inbox over database/sql: inbox.On(driver.StdSQL(db), pgxinbox.SQLv4Joiner()) with the subscriber's *sql.DB"
+	}
+	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber through its adapter for another client "+
+		"library than the inbox's: the subscriber's transaction is a %T, and the inbox's handlers ask for a %s, so "+
+		"TxFromContext would find none; %s; or give WithSubscriberTx(false) to apply each message in a transaction "+
+		"of the inbox's own", ErrInvalidOption, quoteShort(handler), tx.Native(), nt.NativeType(), fix)
+}
+
+// checkJoinedDatabase refuses a joined transaction on another database than the inbox's pool reaches: a subscriber
+// that reads from another database, joined by default. The claim would find no inbox table there (or another
+// inbox's, whose rows the inbox's own operations never see), and the error would say to run Migrate, which ran. It
+// asks once per handler, in the savepoint of the message's attempt, so that a failure leaves the subscriber's
+// transaction usable; an answer that differs is checked again with the pool's asked anew, in case the server
+// restarted, and is not remembered. A dialect that cannot tell (dialect.Locator) is let be.
+func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
+	loc, ok := i.db.dialect.(dialect.Locator)
+	if !ok {
+		return nil
+	}
+	if _, same := i.subscriberTxs.sameDatabase.Load(handler); same {
+		return nil
+	}
+	theirs, err := loc.Locate(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("inbox: check the database of the subscriber's transaction: %w", err)
+	}
+	ours, err := i.db.location(ctx, loc, false)
+	if err == nil && ours != theirs {
+		ours, err = i.db.location(ctx, loc, true)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: check the database of the inbox: %w", err)
+	}
+	if ours != theirs {
+		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction is on another "+
+			"database than the inbox's (%s; the inbox's is %s), and the inbox joins that transaction by default: "+
+			"give WithSubscriberTx(false) to apply each message in a transaction of the inbox's own, on its database, "+
+			"or build the inbox over the subscriber's database", ErrInvalidOption, quoteShort(handler), theirs, ours)
+	}
+	i.subscriberTxs.sameDatabase.Store(handler, struct{}{})
+	return nil
 }
 
 // carriesSQLSubscriberTx reports whether ctx holds the transaction watermill-sql's subscriber (v3 or v4) puts in

@@ -14,6 +14,15 @@ type Speaker interface {
 	Speaks() driver.Server
 }
 
+// Locator is implemented by a dialect that can tell which database a connection reaches, so that the inbox can
+// refuse to join a subscriber's transaction on another database than its own: the claim would find no inbox table
+// there, or another inbox's.
+type Locator interface {
+	// Locate describes the database q reaches, in words fit for an error message: two connections to one
+	// database get the same text, and connections to two databases different ones.
+	Locate(ctx context.Context, q driver.Executor) (string, error)
+}
+
 // AskServer asks the database behind q which server it is, for a pool that cannot tell by itself
 // (driver.Identifier). It returns the server, "" when the answer names neither kind, and what to call it in a
 // message: "MariaDB 10.11.6", say, or the version as the server gave it.

@@ -117,6 +117,17 @@ type Joiner interface {
 	Joined(ctx context.Context) (Tx, bool)
 }
 
+// NativeTyper is implemented by a Pool that knows the type its transactions' Native values have for a handler:
+// the type its library's TxFromContext asks the context for (*sql.Tx for database/sql, pgx.Tx for pgx). A joined
+// subscriber transaction of another type (watermill-sql v4's over the other library's adapter) would leave the
+// handler without one, so the inbox refuses to join it.
+type NativeTyper interface {
+	// NativeType names the type, as a handler's code spells it: "*sql.Tx", "pgx.Tx".
+	NativeType() string
+	// IsNative reports whether native is of that type.
+	IsNative(native any) bool
+}
+
 // PoolLimit is implemented by a Pool that can tell its limit of open connections (database/sql's SetMaxOpenConns,
 // a *pgxpool.Pool's MaxConns). Batch mode keeps fewer batches waiting on a limited pool, so that two connections
 // stay free for what handlers take from the pool outside their transaction.

@@ -34,6 +34,8 @@ type stdPool struct {
 	sessions *sessions // over lib/pq, its connections' SessionState; nil otherwise
 }
 
+var _ NativeTyper = stdPool{}
+
 // isLibpq reports whether d is lib/pq's driver, found by its type so that this package need not import it.
 // A driver that wraps lib/pq's (for tracing, say) is not recognized, and its statements keep their arguments.
 func isLibpq(d sqldriver.Driver) bool {
@@ -68,6 +70,13 @@ func (p stdPool) MaxConns() int {
 		return 0
 	}
 	return p.db.Stats().MaxOpenConnections
+}
+
+func (stdPool) NativeType() string { return "*sql.Tx" }
+
+func (stdPool) IsNative(native any) bool {
+	_, ok := native.(*sql.Tx)
+	return ok
 }
 
 func (p stdPool) Begin(ctx context.Context, opts TxOptions) (Tx, error) {

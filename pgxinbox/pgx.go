@@ -29,6 +29,7 @@ var (
 	_ driver.PoolLimit      = pool{}
 	_ driver.CommitWithPool = pool{}
 	_ driver.Identifier     = pool{}
+	_ driver.NativeTyper    = pool{}
 	_ driver.Pipeliner      = (*deferredView)(nil)
 	_ driver.Deferrer       = (*deferredView)(nil)
 	_ driver.CommitWither   = (*deferredView)(nil)
@@ -97,6 +98,13 @@ func (p pool) CommitsWith() bool {
 // acquirer is what a pool of connections offers: *pgxpool.Pool.
 type acquirer interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+func (pool) NativeType() string { return "pgx.Tx" }
+
+func (pool) IsNative(native any) bool {
+	_, ok := native.(pgx.Tx)
+	return ok
 }
 
 func (p pool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {

@@ -62,7 +62,9 @@ func Middleware(p Beginner, opts ...inbox.Option) message.HandlerMiddleware {
 //     context.Background), or a middleware between the inbox and the handler replaced the message's context;
 //   - lease mode (inbox.WithLease), which runs the handler outside any transaction: use inbox.LeaseFromContext;
 //   - the transaction is not pgx's: the inbox runs over database/sql (inbox.Middleware, or inbox.On with
-//     driver.StdSQL), or joined watermill-sql's subscriber over database/sql; inbox.TxFromContext returns it.
+//     driver.StdSQL); inbox.TxFromContext returns it. (An inbox over pgx never joins watermill-sql v4's subscriber
+//     over its database/sql adapter: it holds such a message back, before the handler runs, with an error wrapping
+//     inbox.ErrInvalidOption.)
 //
 // A handler that uses the pgx.Tx without checking ok panics on nil; Handler checks for it and returns an error
 // that says which case it met.

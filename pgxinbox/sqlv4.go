@@ -15,8 +15,11 @@ import (
 //	db := inbox.On(driver.StdSQL(sqlDB), pgxinbox.SQLv4Joiner())
 //
 // The handler then reaches the subscriber's transaction as its adapter has it: a *sql.Tx from inbox.TxFromContext,
-// or a pgx.Tx from TxFromContext. The subscriber commits it after the ack, or on its own terms (see WithSubscriberTx
-// in the inbox package for how the inbox guards against that).
+// or a pgx.Tx from TxFromContext. The adapter must be of the inbox's own client library (BeginnerFromStdSQL under an
+// inbox over database/sql, BeginnerFromPgx under one over pgx): the inbox holds a message whose transaction its
+// handlers could not reach back, with an error wrapping inbox.ErrInvalidOption, instead of running the handler
+// without one. The subscriber commits it after the ack, or on its own terms (see WithSubscriberTx in the inbox
+// package for how the inbox guards against that).
 func SQLv4Joiner() driver.Joiner { return sqlV4Joiner{} }
 
 type sqlV4Joiner struct{}

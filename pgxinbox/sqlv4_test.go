@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -343,6 +344,74 @@ func TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack(t *testing.T) {
 			publishV4(t, b, topic, newMsg("evt-1"))
 			require.Eventually(t, func() bool { return b.logs.Count("cannot apply messages") >= 2 }, 30*time.Second, 10*time.Millisecond)
 			require.Zero(t, calls.Load(), "the handler must not run outside the transaction the message carries")
+			require.Zero(t, b.rows(t, "wallet-credits"))
+			require.Zero(t, b.balance(t))
+		})
+	}
+}
+
+// nackRecorder keeps the events of the messages an inbox held back.
+type nackRecorder struct {
+	inbox.NopObserver
+	mu    sync.Mutex
+	nacks []inbox.NackEvent
+}
+
+func (r *nackRecorder) Nacked(_ context.Context, e inbox.NackEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nacks = append(r.nacks, e)
+}
+
+func (r *nackRecorder) first() (inbox.NackEvent, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.nacks) == 0 {
+		return inbox.NackEvent{}, false
+	}
+	return r.nacks[0], true
+}
+
+// TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack: an inbox whose Database is of one client library, joining
+// v4's subscriber over the other library's adapter, would give its handlers no transaction (TxFromContext finds none
+// of its type). It holds the message back before the handler runs, with an error that names the cause and the ways
+// out, and writes nothing.
+func TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack(t *testing.T) {
+	t.Parallel()
+	crossed := map[string]struct {
+		subscriber string
+		database   func(b *testBundle) *inbox.Database
+	}{
+		"StdSQLInboxPgxSubscriber": {"Pgx", func(b *testBundle) *inbox.Database {
+			return inbox.On(driver.StdSQL(b.sqlDB), pgxinbox.SQLv4Joiner())
+		}},
+		"PgxInboxStdSQLSubscriber": {"StdSQL", func(b *testBundle) *inbox.Database { return pgxinbox.Database(b.pool) }},
+	}
+	for name, c := range crossed {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := v4Bundle(t)
+			topic := newV4Topic(t, b)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			nacks := &nackRecorder{}
+			ib, err := c.database(b).New(b.options(inbox.WithRejectDelay(10*time.Millisecond), inbox.WithObserver(nacks))...)
+			require.NoError(t, err)
+			router.AddMiddleware(ib.Middleware)
+			var calls atomic.Int64
+			router.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, v4Adapters[c.subscriber], b, "wallet"),
+				b.creditV4(100, &calls))
+			runV4Router(t, router)
+
+			publishV4(t, b, topic, newMsg("evt-1"))
+			require.Eventually(t, func() bool { _, ok := nacks.first(); return ok }, 30*time.Second, 10*time.Millisecond)
+			e, _ := nacks.first()
+			require.ErrorIs(t, e.Err, inbox.ErrInvalidOption)
+			require.Equal(t, "config", e.Reason)
+			for _, names := range []string{"pgxinbox", "adapter", "WithSubscriberTx(false)"} {
+				require.Contains(t, e.Err.Error(), names)
+			}
+			require.Zero(t, calls.Load(), "the handler must not run without a transaction it can reach")
 			require.Zero(t, b.rows(t, "wallet-credits"))
 			require.Zero(t, b.balance(t))
 		})
