@@ -3,6 +3,8 @@ package pgxinbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,6 +85,42 @@ func TestPgbouncer_AtPgxsDefaultsTheErrorNamesTheSetting(t *testing.T) {
 			require.Error(t, failure, "pgx's statement cache meets a server connection it did not prepare on")
 			require.ErrorContains(t, failure, "default_query_exec_mode=cache_describe")
 		})
+	}
+}
+
+// In batch mode the members' first statements go in one pipeline, each after its savepoint, both pgx's cached
+// statements: a failure there names the setting to change too.
+func TestPgbouncer_AtPgxsDefaultsABatchsPipelineErrorNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	dsn := inboxtest.StartPgbouncer(t, testDSN(), "pgx")
+	b := newBundle(t)
+	ib, err := pgxinbox.New(openPoolIn(t, dsn, pgx.QueryExecModeCacheStatement), b.options(inbox.WithAutoMigrate(false),
+		inbox.WithRejectDelay(10*time.Millisecond), inbox.WithBatch(time.Millisecond, 16))...)
+	require.NoError(t, err)
+	// The server connection the pooler hands a batch may lack the statements pgx prepared on another one for the same
+	// client connection.
+	h := ib.Middleware(b.credit(1, nil))
+	const pipelineFailed = "pipeline the statements of"
+	var mu sync.Mutex
+	var failures []string
+	for round := 0; round < 50 && len(failures) == 0; round++ {
+		var wg sync.WaitGroup
+		for n := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := h(newMsg(fmt.Sprintf("evt-%d-%d", round, n))); err != nil && strings.Contains(err.Error(), pipelineFailed) {
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	require.NotEmpty(t, failures, "a batch's pipeline meets a server connection without pgx's statements")
+	for _, failure := range failures {
+		require.Contains(t, failure, "default_query_exec_mode=cache_describe")
 	}
 }
 
