@@ -17,6 +17,8 @@ import (
 
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // The binary under test, built once by TestMain from this directory's source.
@@ -33,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build the CLI: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres"))
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
