@@ -21,6 +21,10 @@ const DefaultPostgresDSN = "postgres://root@127.0.0.1:5432/test?sslmode=disable"
 // DefaultMySQLDSN is the MariaDB or MySQL the tests use when MYSQL_TEST_DSN is unset.
 const DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
 
+// InheritedDatabasesEnv is set, by RunInOwnDatabases, in the environment of a test process that runs in databases
+// of its own, and so in that of every process it starts.
+const InheritedDatabasesEnv = "INBOXTEST_INHERITED_DATABASES"
+
 // Database names a server on which a test binary creates a database of its own, and the environment variable
 // through which its tests, and the processes they start, find it.
 type Database struct {
@@ -50,6 +54,10 @@ func MySQLDatabase() Database {
 // inbox_test_<pid>_<random>, points the server's EnvVar at it, runs m, drops the databases, and returns the exit
 // code. The tests of one package run then leave no table behind and meet no other program's tables or locks.
 //
+// A test binary that a test starts again (a crash test's consumer, a process that must die) inherits the
+// variables and runs in its parent's databases: RunInOwnDatabases sets InheritedDatabasesEnv for its children, and
+// where that is set it only runs m.
+//
 // Under -short it connects to nothing and only runs m: the tests that need a database skip themselves. Otherwise
 // a server it cannot reach, or a database it cannot create or drop, fails the run with a message on stderr.
 //
@@ -63,7 +71,7 @@ func RunInOwnDatabases(m *testing.M, dbs ...Database) int {
 	if !flag.Parsed() {
 		flag.Parse()
 	}
-	if testing.Short() {
+	if testing.Short() || os.Getenv(InheritedDatabasesEnv) != "" {
 		return m.Run()
 	}
 	var drops []func() error
@@ -90,6 +98,11 @@ func RunInOwnDatabases(m *testing.M, dbs ...Database) int {
 			dropAll()
 			return 1
 		}
+	}
+	if err := os.Setenv(InheritedDatabasesEnv, "1"); err != nil {
+		fmt.Fprintln(os.Stderr, "inboxtest:", err)
+		dropAll()
+		return 1
 	}
 	code := m.Run()
 	if dropAll() != nil && code == 0 {
