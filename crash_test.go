@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // The evt-2 crash: the consumer commits the credit and dies before the broker hears the ack. The consumer is a
@@ -37,38 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runPaymentProcess())
 	}
 	leaveOutExamplesWhenShort()
-	code := m.Run()
-	if !testing.Short() {
-		dropOrphanGuards()
-	}
-	os.Exit(code)
-}
-
-// dropOrphanGuards drops the guard functions of migration 003 whose tables the tests dropped. A function whose
-// trigger still exists (a table of a test running in another process) cannot be dropped without CASCADE, so it
-// stays.
-func dropOrphanGuards() {
-	db, err := sql.Open(testDriver, testDSN())
-	if err != nil {
-		return
-	}
-	defer db.Close()
-	rows, err := db.Query(`SELECT p.oid::regprocedure::text FROM pg_proc p
-		WHERE p.proname LIKE '%\_unfinished\_claim' AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgfoid = p.oid)`)
-	if err != nil {
-		return
-	}
-	var fns []string
-	for rows.Next() {
-		var fn string
-		if rows.Scan(&fn) == nil {
-			fns = append(fns, fn)
-		}
-	}
-	rows.Close()
-	for _, fn := range fns {
-		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + fn)
-	}
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase(testDriver)))
 }
 
 // consumer process modes

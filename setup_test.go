@@ -309,10 +309,40 @@ func newSQLTopic(t testing.TB, db *sql.DB) string {
 	t.Helper()
 	topic := uniqueName("inbox_topic")
 	t.Cleanup(func() {
+		if t.Failed() {
+			logXminHolders(t, db)
+		}
 		_, _ = db.Exec(`DROP TABLE IF EXISTS "watermill_` + topic + `"`)
 		_, _ = db.Exec(`DROP TABLE IF EXISTS "watermill_offsets_` + topic + `"`)
 	})
 	return topic
+}
+
+// logXminHolders names the transactions that hold a transaction ID open on the server, in any of its databases.
+// watermill-sql's default PostgreSQL subscriber reads only the messages whose transaction ID is below the xmin of
+// the current snapshot, which such a transaction holds back for the whole server: the tests' own database does not
+// keep them apart, and while one is open the subscriber's tests time out waiting for messages.
+func logXminHolders(t testing.TB, db *sql.DB) {
+	rows, err := db.Query(`SELECT pid, datname, coalesce(application_name, ''), now() - xact_start, left(query, 80)
+		FROM pg_stat_activity
+		WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND xact_start < now() - interval '5 seconds'
+		ORDER BY xact_start`)
+	if err != nil {
+		t.Logf("list the transactions that hold the snapshot's xmin back: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			pid             int
+			datname, app, q string
+			age             string
+		)
+		if rows.Scan(&pid, &datname, &app, &age, &q) == nil {
+			t.Logf("watermill-sql's subscriber sees no message written after this transaction began: pid %d on "+
+				"database %s (%s), open for %s: %s", pid, datname, app, age, q)
+		}
+	}
 }
 
 // newSQLPublisher publishes to watermill-sql's PostgreSQL pub/sub: a durable broker that redelivers what was not

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/example/internal/demotest"
 )
+
+func TestMain(m *testing.M) { os.Exit(demotest.RunInOwnDatabase(m)) }
 
 // The run needs PostgreSQL (DATABASE_URL, or the local default) and fails, never skips, when it is missing: a green
 // test that proved nothing would be worse than a red one.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // The tests run the real thing, shortened: kfake in the test process, the consumer as a subprocess built from this
@@ -25,8 +27,12 @@ var (
 	binDir    string
 )
 
+// TestMain runs the tests, and the consumers they start, in databases of their own on PostgreSQL and MariaDB,
+// dropped at the end: the partitioned and cleanup tables the scenarios leave go with them.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := inboxtest.RunInOwnDatabases(m,
+		inboxtest.Database{Driver: "postgres", EnvVar: "INBOX_TEST_DATABASE_URL", DefaultDSN: cmp.Or(os.Getenv("HARNESS_TEST_DSN"), defaultDSN)},
+		inboxtest.Database{Driver: "mysql", EnvVar: "MYSQL_TEST_DSN", DefaultDSN: defaultMySQLDSN})
 	if sharedEnv != nil {
 		sharedEnv.close()
 	}

@@ -20,6 +20,11 @@ import (
 	"github.com/effectively-once/watermill-inbox/mysqlinbox"
 )
 
+// TestMain runs the tests in databases of their own, on MariaDB and on PostgreSQL, dropped at the end.
+func TestMain(m *testing.M) {
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.MySQLDatabase(), inboxtest.PostgresDatabase("postgres")))
+}
+
 // testDSN is the MariaDB or MySQL the tests run against: MYSQL_TEST_DSN, or this machine's default.
 func testDSN() string {
 	if dsn := os.Getenv("MYSQL_TEST_DSN"); dsn != "" {

@@ -22,8 +22,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/otelinbox"
 )
+
+// TestMain runs the tests in a database of their own, dropped at the end.
+func TestMain(m *testing.M) {
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
+}
 
 // A trace context as an upstream publisher writes it into the message's metadata.
 const (

@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
-// TestMain leaves the Examples out under -short: like the tests that skip there, they need PostgreSQL.
+// TestMain leaves the Examples out under -short: like the tests that skip there, they need PostgreSQL. Without
+// -short it runs the tests in a database of their own, dropped at the end.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(m.Run())
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
 }
 
 // The inbox over a pgx v5 pool: the handler's side effect runs on the pgx.Tx that holds the message's inbox row,

@@ -17,8 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/prommetrics"
 )
+
+// TestMain runs the tests in a database of their own, dropped at the end.
+func TestMain(m *testing.M) {
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
+}
 
 // openTable connects to the test database (INBOX_TEST_DATABASE_URL, or this machine's default), failing loudly
 // when it cannot, and migrates an inbox table no other test uses.

@@ -12,11 +12,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // The binary under test, built once by TestMain from this directory's source.
@@ -33,7 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build the CLI: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres"))
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -100,6 +103,40 @@ func consumerID(t *testing.T, db *sql.DB, table, consumer string) int {
 	require.NoError(t, db.QueryRow(`INSERT INTO `+table+`_consumers (name) VALUES ($1)
 		ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`, consumer).Scan(&id))
 	return id
+}
+
+// remembers finds the row of the stats table whose leading columns match columns and whose last column matches
+// last, and returns its remembers column.
+func remembers(t *testing.T, stdout, columns, last string) time.Duration {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^\s*` + columns + `\s+(\S+)\s+` + last + `\s*$`).FindStringSubmatch(stdout)
+	require.NotNil(t, m, "no row matches %q:\n%s", columns, stdout)
+	return parseDays(t, m[1])
+}
+
+// parseDays reads a duration as the CLI writes it: Go's form, after a whole number of days such as "14d".
+func parseDays(t *testing.T, s string) time.Duration {
+	t.Helper()
+	var total time.Duration
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		require.NoError(t, err, s)
+		total, s = time.Duration(n)*24*time.Hour, s[i+1:]
+	}
+	if s != "" {
+		rest, err := time.ParseDuration(s)
+		require.NoError(t, err, s)
+		total += rest
+	}
+	return total
+}
+
+// requireNear fails the test unless got is within tolerance of want.
+func requireNear(t *testing.T, want, got, tolerance time.Duration) {
+	t.Helper()
+	if d := got - want; d < -tolerance || d > tolerance {
+		t.Fatalf("got %v, want %v within %v", got, want, tolerance)
+	}
 }
 
 // minutesAgo is an SQL expression for the time ago (an interval such as "2 days") as processed_at stores it:
@@ -294,21 +331,27 @@ func TestCLI_MigrateCleanupStatsForget(t *testing.T) {
 	t.Run("StatsShowsConsumersStatesMemoryAndSize", func(t *testing.T) {
 		res := cli(t, append([]string{"stats"}, common...)...)
 		require.Equal(t, 0, res.code, res.stderr)
-		require.Regexp(t, `^table `+table+`: 8 rows; heap .+, indexes .+, total .+ \(\d+ bytes per row\)\n`+
-			`consumer ids: 32,764 of 32,767 left\n`, res.stdout, "three names registered")
+		// The size line's numbers depend on PostgreSQL's pages, and a tiny table's bytes per row are many.
+		require.Regexp(t, `^table `+table+`: 8 rows; heap [^,]+, indexes [^,]+, total .+ \(\d+ bytes per row\)\n`, res.stdout)
+		require.Regexp(t, `(?m)^consumer ids: 32,764 of 32,767 left$`, res.stdout, "three names registered")
 		// wallet-credits' oldest row is two days old, but it remembers back to the cleanup's cutoff, 14 days (up to
 		// a minute more: the cutoff is rounded down to processed_at's whole minutes); its quiet days between are
 		// remembered too. So does payments, which first claimed a month ago; newcomer, registered after the cutoff,
-		// remembers 20 hours, and has no row.
+		// remembers 20 hours, and has no row. Each is measured from the database's clock at the INSERT to the
+		// CLI's when it runs: seconds apart under -race, so the durations are compared with a tolerance.
 		day := `\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`
-		require.Regexp(t, `newcomer\s+0\s+0\s+0\s+0\s+0\s+0\s+20h0m0s\s+-\s+`, res.stdout)
-		require.Regexp(t, `payments\s+3\s+0\s+1\s+0\s+1\s+1\s+14d(1m)?\s+`+day, res.stdout)
-		require.Regexp(t, `wallet-credits\s+5\s+5\s+0\s+0\s+0\s+0\s+14d(1m)?\s+`+day, res.stdout)
+		requireNear(t, 20*time.Hour, remembers(t, res.stdout, `newcomer\s+0\s+0\s+0\s+0\s+0\s+0`, `-`), time.Minute)
+		requireNear(t, 14*24*time.Hour+30*time.Second,
+			remembers(t, res.stdout, `payments\s+3\s+0\s+1\s+0\s+1\s+1`, day), 2*time.Minute)
+		requireNear(t, 14*24*time.Hour+30*time.Second,
+			remembers(t, res.stdout, `wallet-credits\s+5\s+5\s+0\s+0\s+0\s+0`, day), 2*time.Minute)
 		require.Contains(t, res.stdout, "1 'processing' row has an expired lease")
 
 		short := cli(t, append([]string{"stats", "--warn-below", "7d"}, common...)...)
 		require.Equal(t, 4, short.code, "newcomer remembers 20 hours, less than 7 days")
-		require.Contains(t, short.stderr, "warning: newcomer remembers 20h0m0s")
+		warning := regexp.MustCompile(`warning: newcomer remembers (\S+), less than 7d`).FindStringSubmatch(short.stderr)
+		require.NotNil(t, warning, short.stderr)
+		requireNear(t, 20*time.Hour, parseDays(t, warning[1]), time.Minute)
 		require.NotContains(t, short.stderr, "wallet-credits", "a quiet consumer whose oldest row is younger than 7 days still remembers 14")
 		require.NotContains(t, short.stderr, "payments")
 		require.Equal(t, 0, cli(t, append([]string{"stats", "--warn-below", "12h"}, common...)...).code)

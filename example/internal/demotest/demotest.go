@@ -7,6 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	_ "github.com/lib/pq"
+
+	"github.com/effectively-once/watermill-inbox/example/internal/demoenv"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // NeedsDatabase skips the test under -short, which runs only the tests that need no database. Without -short it
@@ -33,4 +38,12 @@ func Help(t testing.TB) string {
 		t.Fatalf("-h: %v\n%s", err, out)
 	}
 	return string(out)
+}
+
+// RunInOwnDatabase is an example package's TestMain: it runs the tests with DATABASE_URL naming a database of
+// their own, created on the server DATABASE_URL (or demoenv.DefaultDatabaseURL) names and dropped at the end.
+func RunInOwnDatabase(m *testing.M) int {
+	return inboxtest.RunInOwnDatabases(m, inboxtest.Database{
+		Driver: "postgres", EnvVar: "DATABASE_URL", DefaultDSN: demoenv.DefaultDatabaseURL,
+	})
 }
