@@ -443,10 +443,9 @@ type batch struct {
 	// first statements together, and line orders the members on the connection instead of conn.
 	pipe driver.Pipeliner
 	line line
-	// shared, over database/sql, gives each member a *sql.Tx of its own over the transaction (driver.SharedTx);
-	// solos, over pgx, the pgx.Tx of a batch of one. Both refuse the handler's Commit and Rollback.
+	// shared, over database/sql, gives each member a *sql.Tx of its own over the transaction (driver.SharedTx),
+	// which refuses the handler's Commit and Rollback, as pgx's member views do.
 	shared driver.SharedTx
-	solos  driver.Pipeliner
 	seats  atomic.Int32 // members that asked for their native transaction, numbering their savepoints
 
 	ready   chan struct{} // closed when the members may use the connection (formed, passTurn)
@@ -526,7 +525,6 @@ func (q *batchQueue) run(members []*member) {
 		b.pipe = p
 	}
 	b.shared, _ = tx.(driver.SharedTx)
-	b.solos, _ = tx.(driver.Pipeliner)
 	if len(claimed) == 0 {
 		_ = tx.Rollback(ctx)
 		goAlone(members)
@@ -851,20 +849,16 @@ func (t *memberTx) unused() bool {
 	return t.untouched
 }
 
-var errBatchTxOwned = errors.New("inbox: the batch's transaction is ended by the inbox, not by a handler")
-
 // Native is what the member's handler gets from TxFromContext: a view of the batch's transaction whose Commit and
 // Rollback return ErrTxShared, when the adapter gives views (database/sql's and pgx's do).
 func (t *memberTx) Native() any {
-	switch {
-	case t.b.pipe != nil:
+	if p, ok := t.b.tx.(driver.Pipeliner); ok {
 		if t.view == nil {
-			t.view = t.b.pipe.MemberView(t.first, func() { t.hold(true) })
-		}
-		return t.view.Native()
-	case t.b.solos != nil:
-		if t.view == nil {
-			t.view = t.b.solos.MemberView(noFirst, func() { t.hold(true) })
+			first := noFirst // a batch of one pipelines nothing
+			if t.b.pipe != nil {
+				first = t.first
+			}
+			t.view = p.MemberView(first, func() { t.hold(true) })
 		}
 		return t.view.Native()
 	}
@@ -919,8 +913,8 @@ func (t *memberTx) Query(ctx context.Context, query string, args ...any) (driver
 	return t.b.tx.Query(ctx, query, args...)
 }
 
-func (t *memberTx) Commit(context.Context) error   { return errBatchTxOwned }
-func (t *memberTx) Rollback(context.Context) error { return errBatchTxOwned }
+func (t *memberTx) Commit(context.Context) error   { return ErrTxShared }
+func (t *memberTx) Rollback(context.Context) error { return ErrTxShared }
 
 // Pipelining (over pgx): the members' first statements, each behind a savepoint of its own, go to the server
 // together, in one round trip, whenever the connection frees and several wait; a batch of zero-work handlers so

@@ -206,13 +206,12 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 	switch {
 	case errors.As(err, &u):
 		return i.reject(msg, consumer, u.error)
-	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted):
-		return i.holdBack(msg, err) // a fault of the table's, not of the message's: no hot loop
-	case errors.Is(err, ErrNoTx):
-		return i.holdBack(msg, err) // a handler helper of the other client library: a fault of the wiring
-	case errors.Is(err, errStaleConsumer):
-		// A claim that was tried again with the id the name has now and found that one stale too: the consumers
-		// table is being made anew again. Held back, as a missing table is, so that the redelivery does not spin.
+	// Faults of the table or of the wiring, not of the message's, held back so that the redelivery does not spin: a
+	// missing table, a consumer name the table has no id left for, a handler helper of the other client library,
+	// and a claim whose retry with the id the name has now found that one stale too (the consumers table is being
+	// made anew again).
+	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted), errors.Is(err, ErrNoTx),
+		errors.Is(err, errStaleConsumer):
 		return i.holdBack(msg, err)
 	}
 	return err
