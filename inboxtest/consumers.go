@@ -70,20 +70,22 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 		"the identity handed out one id a name")
 }
 
-// nackRecorder keeps the events of the messages an inbox held back.
-type nackRecorder struct {
+// NackRecorder is an Observer that keeps the events of the messages an inbox nacked or held back, for a test to
+// wait for and read.
+type NackRecorder struct {
 	inbox.NopObserver
 	mu    sync.Mutex
 	nacks []inbox.NackEvent
 }
 
-func (r *nackRecorder) Nacked(_ context.Context, e inbox.NackEvent) {
+func (r *NackRecorder) Nacked(_ context.Context, e inbox.NackEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nacks = append(r.nacks, e)
 }
 
-func (r *nackRecorder) events() []inbox.NackEvent {
+// Events returns the events so far, oldest first.
+func (r *NackRecorder) Events() []inbox.NackEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]inbox.NackEvent(nil), r.nacks...)
@@ -92,7 +94,7 @@ func (r *nackRecorder) events() []inbox.NackEvent {
 func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	const delay = 200 * time.Millisecond
-	nacks := &nackRecorder{}
+	nacks := &NackRecorder{}
 	opts := []inbox.Option{inbox.WithRejectDelay(delay), inbox.WithObserver(nacks)}
 	var calls atomic.Int64
 	registered := b.inbox(t, opts...)
@@ -101,7 +103,7 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 	if b.d.ExhaustConsumerIDs == nil { // the rows carry the name: a new one always fits
 		b.apply(t, b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...), &calls, "evt-1")
 		require.EqualValues(t, 2, calls.Load())
-		require.Empty(t, nacks.events())
+		require.Empty(t, nacks.Events())
 		st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.Zero(t, st.ConsumerIDs)
@@ -119,7 +121,7 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 		require.True(t, inbox.IsPermanent(err))
 		require.GreaterOrEqual(t, waited, delay, "the message was nacked before the reject delay: %v", err)
 	}
-	events := nacks.events()
+	events := nacks.Events()
 	require.Len(t, events, 2)
 	for _, e := range events {
 		require.Equal(t, "newcomer", e.Consumer)
@@ -134,7 +136,7 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 	b.apply(t, b.inbox(t, opts...), &calls, "evt-3", "evt-3")
 	require.EqualValues(t, 3, calls.Load())
 	require.EqualValues(t, 300, b.balance(t))
-	require.Len(t, nacks.events(), 2)
+	require.Len(t, nacks.Events(), 2)
 	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.EqualValues(t, [2]int64{32767, 0}, [2]int64{st.ConsumerIDs, st.ConsumerIDsLeft})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -350,28 +349,6 @@ func TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack(t *testing.T) {
 	}
 }
 
-// nackRecorder keeps the events of the messages an inbox held back.
-type nackRecorder struct {
-	inbox.NopObserver
-	mu    sync.Mutex
-	nacks []inbox.NackEvent
-}
-
-func (r *nackRecorder) Nacked(_ context.Context, e inbox.NackEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.nacks = append(r.nacks, e)
-}
-
-func (r *nackRecorder) first() (inbox.NackEvent, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.nacks) == 0 {
-		return inbox.NackEvent{}, false
-	}
-	return r.nacks[0], true
-}
-
 // TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack: an inbox whose Database is of one client library, joining
 // v4's subscriber over the other library's adapter, would give its handlers no transaction (TxFromContext finds none
 // of its type). It holds the message back before the handler runs, with an error that names the cause and the ways
@@ -394,7 +371,7 @@ func TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack(t *testing.T) {
 			topic := newV4Topic(t, b)
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
-			nacks := &nackRecorder{}
+			nacks := &inboxtest.NackRecorder{}
 			ib, err := c.database(b).New(b.options(inbox.WithRejectDelay(10*time.Millisecond), inbox.WithObserver(nacks))...)
 			require.NoError(t, err)
 			router.AddMiddleware(ib.Middleware)
@@ -404,8 +381,8 @@ func TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack(t *testing.T) {
 			runV4Router(t, router)
 
 			publishV4(t, b, topic, newMsg("evt-1"))
-			require.Eventually(t, func() bool { _, ok := nacks.first(); return ok }, 30*time.Second, 10*time.Millisecond)
-			e, _ := nacks.first()
+			require.Eventually(t, func() bool { return len(nacks.Events()) > 0 }, 30*time.Second, 10*time.Millisecond)
+			e := nacks.Events()[0]
 			require.ErrorIs(t, e.Err, inbox.ErrInvalidOption)
 			require.Equal(t, "config", e.Reason)
 			for _, names := range []string{"pgxinbox", "adapter", "WithSubscriberTx(false)"} {
