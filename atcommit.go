@@ -6,7 +6,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -19,7 +18,7 @@ import (
 func (i *Inbox) applyAtCommit(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
 	ob := i.observe(msg, consumer, id, ModeTransaction)
-	cid, err := i.store.consumerID(ctx, consumer)
+	claim, args, err := i.store.claimAtCommit(ctx, consumer, id)
 	if err != nil {
 		return nil, i.settle(msg, consumer, err)
 	}
@@ -32,8 +31,6 @@ func (i *Inbox) applyAtCommit(msg *message.Message, consumer, id string, h messa
 		i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
 		return i.applyOwnObserved(msg, consumer, id, h, ob)
 	}
-	claim, args := i.db.dialect.(dialect.AtCommitClaimer).ClaimAtCommit(dialect.ClaimParams{
-		Table: i.cfg.table, Consumer: consumer, ConsumerID: cid, ID: id, State: stateDone})
 
 	ob.claiming()
 	produced, ran, start, err := i.runThenClaim(msg, consumer, id, h, tx, cw, ob, claim, args)

@@ -232,6 +232,48 @@ func (s *store) wrapProduced(op, consumer, id string, err error) error {
 	return s.wrap(op, consumer, id, err)
 }
 
+// joinsSubscriberTx reports whether the dialect may claim inside a subscriber's transaction, and names it for the
+// error when it may not.
+func (s *store) joinsSubscriberTx() (ok bool, dialectName string) {
+	return s.d.JoinsSubscriberTx(), s.d.Name()
+}
+
+// locator returns the dialect's way to tell which database a transaction is on, if it has one.
+func (s *store) locator() (dialect.Locator, bool) {
+	loc, ok := s.d.(dialect.Locator)
+	return loc, ok
+}
+
+// inspectSchema compares the table's schema with the shape the inbox needs, in q.
+func (s *store) inspectSchema(ctx context.Context, q driver.Executor) (dialect.SchemaReport, error) {
+	r, err := s.d.InspectSchema(ctx, q, s.table)
+	return r, poolerHint(s.d, err)
+}
+
+// conflictError is a statement the database rolled back for a serialization failure: the transaction read a
+// snapshot older than a row it had to write. Its text is the error's own.
+type conflictError struct{ error }
+
+func (e conflictError) Unwrap() error { return e.error }
+
+// isConflict reports whether err is a conflictError.
+func isConflict(err error) bool {
+	var c conflictError
+	return errors.As(err, &c)
+}
+
+// claimAtCommit returns the claim of (consumer, id) in state 'done' as a statement to send with COMMIT
+// (WithClaimAtCommit, which New allows only with a dialect that has one), and its arguments.
+func (s *store) claimAtCommit(ctx context.Context, consumer, id string) (query string, args []any, err error) {
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return "", nil, err
+	}
+	query, args = s.d.(dialect.AtCommitClaimer).ClaimAtCommit(dialect.ClaimParams{
+		Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: stateDone})
+	return query, args, nil
+}
+
 // errStaleConsumer is a claim that wrote nothing because the consumer's cached id no longer names it: the consumers
 // table was made anew. The ids are forgotten by then, and the message can be claimed again at once, with the id
 // the name has now.
@@ -253,6 +295,8 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 		if op == "claim" || op == "claim lease" {
 			return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 		}
+	case dialect.SerializationFailure:
+		return conflictError{fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)}
 	case dialect.StaleConsumer:
 		// Every id is forgotten, not only this consumer's: the table that renumbered one renumbered them all.
 		s.ids.Clear()
@@ -302,14 +346,33 @@ func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 	return c, err
 }
 
-// leaseOp is one of the lease holder's compare-and-set writes.
-type leaseOp func(context.Context, driver.Executor, dialect.LeaseWriteParams) (bool, error)
+// leaseOp names one of the lease holder's compare-and-set writes.
+type leaseOp int
+
+const (
+	extendLease   leaseOp = iota // Arg: the new lease length in ms
+	completeLease                // Arg: the produced messages ([]byte, nil for none)
+	failLease                    // Arg: the stored error text
+	releaseLease                 // Arg: the stored error text
+)
+
+// String names the write, for errors and logs.
+func (op leaseOp) String() string {
+	return [...]string{"extend lease", "complete lease", "mark failed", "release lease"}[op]
+}
+
+// leaseStatement returns the dialect's compare-and-set for op.
+func (s *store) leaseStatement(op leaseOp) func(context.Context, driver.Executor, dialect.LeaseWriteParams) (bool, error) {
+	return [...]func(context.Context, driver.Executor, dialect.LeaseWriteParams) (bool, error){
+		s.d.ExtendLease, s.d.CompleteLease, s.d.FailLease, s.d.ReleaseLease}[op]
+}
 
 // fenced runs one of the lease's compare-and-set writes in a short transaction of its own, and returns an error
 // wrapping ErrLeaseLost only when the compare-and-set matched no row: the lease is no longer the holder's. Any
 // other failure is returned as what it is; the write did not happen, and the caller must not take it for a lost
-// lease. stores tells a write that stores produced messages, the one value that can be refused for itself.
-func (s *store) fenced(ctx context.Context, pool driver.Pool, write leaseOp, stores bool, op, consumer, id, token string, arg any) error {
+// lease. Only completeLease stores a value that can be refused for itself: the produced messages.
+func (s *store) fenced(ctx context.Context, pool driver.Pool, lop leaseOp, consumer, id, token string, arg any) error {
+	write, op, stores := s.leaseStatement(lop), lop.String(), lop == completeLease
 	var held bool
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {

@@ -79,7 +79,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Lease.Extend(%s): want a positive duration", ErrInvalidOption, d)
 	}
-	return l.inbox.store.fenced(ctx, l.inbox.db.pool, l.inbox.store.d.ExtendLease, false, "extend lease", l.consumer, l.id, l.token, d.Milliseconds())
+	return l.inbox.store.fenced(ctx, l.inbox.db.pool, extendLease, l.consumer, l.id, l.token, d.Milliseconds())
 }
 
 // applyLeased is the path of one message in lease mode: claim, call out, complete; each write of the holder fenced
@@ -142,7 +142,7 @@ func (i *Inbox) finishLeased(msg *message.Message, l *Lease, h message.HandlerFu
 	raw, err := encodeProduced(consumer, id, produced)
 	if err == nil {
 		start := time.Now()
-		err = i.leaseWrite(msg, l, i.store.d.CompleteLease, true, "complete lease", raw)
+		err = i.leaseWrite(msg, l, completeLease, raw)
 		ob.commitDone(start, err)
 	}
 	if errors.Is(err, ErrProducedUnstorable) {
@@ -203,21 +203,21 @@ func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError st
 	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
 	// A failure here leaves the row 'processing'. Returning it nacks the message, so a copy comes back, takes the
 	// row over once the lease has run out and dead-letters it again: a duplicate dead letter, never a lost message.
-	return i.leaseWrite(msg, l, i.store.d.FailLease, false, "mark failed", storedError(lastError))
+	return i.leaseWrite(msg, l, failLease, storedError(lastError))
 }
 
 // release hands the lease back after a failed attempt, recording why, so that the next copy may claim at once.
 func (i *Inbox) release(msg *message.Message, l *Lease, reason string) error {
-	return i.leaseWrite(msg, l, i.store.d.ReleaseLease, false, "release lease", storedError(reason))
+	return i.leaseWrite(msg, l, releaseLease, storedError(reason))
 }
 
 // leaseWrite runs one of the holder's fenced writes, outliving a cancelled message context, and logs a failure as
 // what it is: a lease taken over by another consumer, or a write that failed.
-func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, write leaseOp, stores bool, op string, arg any) error {
+func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, lop leaseOp, arg any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), leaseWriteTimeout)
 	defer cancel()
-	err := i.store.fenced(ctx, i.db.pool, write, stores, op, l.consumer, l.id, l.token, arg)
-	fields := logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt, "write": op})
+	err := i.store.fenced(ctx, i.db.pool, lop, l.consumer, l.id, l.token, arg)
+	fields := logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt, "write": lop.String()})
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		i.cfg.logger.Error("Inbox lease write failed: the lease ran out and another consumer took it over", err, fields)

@@ -144,7 +144,7 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 	switch {
 	case errors.Is(err, ErrInvalidEventID):
 		return nil, true, unusable{err}
-	case err != nil && state == stateApplying && i.db.dialect.Classify(err) == dialect.SerializationFailure:
+	case err != nil && state == stateApplying && isConflict(err):
 		return i.skipCommitted(msg, consumer, id, err, ob)
 	case err != nil:
 		return nil, false, err

@@ -167,8 +167,8 @@ func (i *Inbox) inspectSchema(ctx context.Context) (schemaReport, error) {
 		return schemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
-	r, err := i.db.dialect.InspectSchema(ctx, tx, i.cfg.table)
-	return fromDialectReport(r), poolerHint(i.db.dialect, err)
+	r, err := i.store.inspectSchema(ctx, tx)
+	return fromDialectReport(r), err
 }
 
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the

@@ -10,7 +10,6 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -41,10 +40,10 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 	if tx, ok := i.db.joined(ctx); ok {
 		return i.checkJoinedNative(tx, handler)
 	}
-	if !i.db.dialect.JoinsSubscriberTx() {
+	if joins, name := i.store.joinsSubscriberTx(); !joins {
 		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction the %s inbox "+
 			"cannot join; give WithSubscriberTx(false) to apply its messages in a transaction of the inbox's own",
-			ErrInvalidOption, quoteShort(handler), i.db.dialect.Name())
+			ErrInvalidOption, quoteShort(handler), name)
 	}
 	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, and the inbox has no joiner for its "+
 		"transaction: build the inbox with inbox.New or inbox.Middleware (watermill-sql v3 over database/sql), or "+
@@ -83,7 +82,7 @@ func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
 // transaction usable; an answer that differs is checked again with the pool's asked anew, in case the server
 // restarted, and is not remembered. A dialect that cannot tell (dialect.Locator) is let be.
 func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
-	loc, ok := i.db.dialect.(dialect.Locator)
+	loc, ok := i.store.locator()
 	if !ok {
 		return nil
 	}
