@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"sync"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
@@ -111,22 +110,15 @@ func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler s
 }
 
 // carriesSQLSubscriberTx reports whether ctx holds the transaction watermill-sql's subscriber (v3 or v4) puts in
-// a message's context. v3's is found through its own TxFromContext. v4's key is of an unexported type of a package
-// this one does not import (it compiles pgx into every program that does); a context's String lists the types of
-// its keys and values, which is the one place that key shows.
+// a message's context. v3's is found through its own TxFromContext. v4's package is not imported here (it compiles
+// pgx into every program that imports it), so its subscriber is recognised by the name Watermill's router gives
+// it (message.SubscriberNameFromCtx): its type, sql.Subscriber, named before the router's decorators wrap it.
 func carriesSQLSubscriberTx(ctx context.Context) bool {
 	if _, ok := wsql.TxFromContext(ctx); ok {
 		return true
 	}
-	s := fmt.Sprint(ctx)
-	for {
-		at := strings.Index(s, ".WithValue(sql.contextKey, ")
-		if at < 0 {
-			return false
-		}
-		s = s[at+len(".WithValue(sql.contextKey, "):]
-		if strings.HasPrefix(s, "*sql.") || strings.HasPrefix(s, "sql.") {
-			return true
-		}
-	}
+	return message.SubscriberNameFromCtx(ctx) == sqlSubscriberName
 }
+
+// sqlSubscriberName is the name Watermill's router gives watermill-sql's subscriber, of v3 and v4 alike.
+const sqlSubscriberName = "sql.Subscriber"
