@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runPaymentProcess())
 	}
 	leaveOutExamplesWhenShort()
-	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase(testDriver)))
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PrivatePostgresDatabase(testDriver)))
 }
 
 // consumer process modes

@@ -236,19 +236,19 @@ func TestDBFaults_InboxRecoversFromTerminationsAndARestartByItself(t *testing.T)
 	ctx := context.Background()
 	sharedStart := postmasterStart(t, shared.db)
 
-	srv, err := startPostgres(ctx)
+	srv, err := inboxtest.StartPostgres(ctx)
 	if err != nil {
 		t.Fatalf("this test restarts a PostgreSQL server it starts itself, and could not start one: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := srv.stop(); err != nil {
+		if err := srv.Stop(); err != nil {
 			t.Errorf("stop the test's PostgreSQL server: %v", err)
 		}
-		if _, err := os.Stat(srv.dir); !os.IsNotExist(err) {
-			t.Errorf("the test's PostgreSQL directory %s is still there after stop (%v)", srv.dir, err)
+		if _, err := os.Stat(srv.Dir()); !os.IsNotExist(err) {
+			t.Errorf("the test's PostgreSQL directory %s is still there after stop (%v)", srv.Dir(), err)
 		}
 	})
-	e, err := shared.withDatabase(ctx, srv.dsn())
+	e, err := shared.withDatabase(ctx, srv.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestDBFaults_InboxRecoversFromTerminationsAndARestartByItself(t *testing.T)
 	// The inbox per message, and on pgx with the claim at commit, whose transactions are open only from the
 	// handler's statement to the COMMIT: few of its backends are caught in one, and a run may see none terminated.
 	c := dbFaultsConfig{Variants: []variant{inboxVariant, atCommitVariant}, Runs: 1, Events: 3000, Sleep: 5 * time.Millisecond,
-		TerminateEvery: 300 * time.Millisecond, Restarts: 1, Restart: srv.restart, Seed: 1, Drain: 4 * time.Minute}
+		TerminateEvery: 300 * time.Millisecond, Restarts: 1, Restart: srv.Restart, Seed: 1, Drain: 4 * time.Minute}
 	res, err := runDBFaults(ctx, e, c)
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +307,7 @@ func TestDBFaultsCommand_RefusesToRestartAServerNamedOnlyByDSN(t *testing.T) {
 func TestCompareVersions_OrdersMajorVersionsNumerically(t *testing.T) {
 	t.Parallel()
 	versions := []string{"17", "9.6", "15", "10", "9.5"}
-	slices.SortFunc(versions, compareVersions)
+	slices.SortFunc(versions, inboxtest.CompareVersions)
 	if want := []string{"9.5", "9.6", "10", "15", "17"}; !slices.Equal(versions, want) {
 		t.Fatalf("sorted %v, want %v", versions, want)
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 const usage = `harness: fault measurements of the watermill-inbox middleware.
@@ -360,7 +362,7 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 	}
 	dsnGiven := false
 	fs.Visit(func(f *flag.Flag) { dsnGiven = dsnGiven || f.Name == "dsn" })
-	var private *pgServer
+	var private *inboxtest.PostgresServer
 	switch {
 	case c.Restarts == 0:
 		// Terminations only: the server --dsn names is used as it is.
@@ -370,15 +372,15 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 		return errors.New("--dsn names a server the harness did not start, and the harness restarts no such server " +
 			"on its own: give --restart-cmd for it, or --restarts 0, or leave --dsn out to use a server the harness starts")
 	default:
-		if private, err = startPostgres(ctx); err != nil {
+		if private, err = inboxtest.StartPostgres(ctx); err != nil {
 			return fmt.Errorf("start a PostgreSQL server to restart: %w", err)
 		}
 		defer func() {
-			if err := private.stop(); err != nil {
+			if err := private.Stop(); err != nil {
 				fmt.Fprintln(os.Stderr, "harness: stop the private PostgreSQL server:", err)
 			}
 		}()
-		cf.env.DSN, c.Restart = private.dsn(), private.restart
+		cf.env.DSN, c.Restart = private.DSN(), private.Restart
 	}
 	c.Runs, c.Seed = cf.runs, cf.seed
 	e, err := cf.open(ctx)
@@ -387,7 +389,7 @@ func dbFaultsCommand(ctx context.Context, args []string) error {
 	}
 	defer e.close()
 	if private != nil {
-		e.logf("PostgreSQL for this measurement: %s, started by the harness in %s", private.dsn(), private.dir)
+		e.logf("PostgreSQL for this measurement: %s, started by the harness in %s", private.DSN(), private.Dir())
 	}
 	start := time.Now()
 	res, err := runDBFaults(ctx, e, c)

@@ -36,12 +36,24 @@ type Database struct {
 	EnvVar string
 	// DefaultDSN is the server's DSN when EnvVar is unset or empty.
 	DefaultDSN string
+	// Private starts, when EnvVar is unset or empty, a PostgreSQL server of the run's own (StartPostgres) in
+	// place of DefaultDSN's, and stops it when the run ends.
+	Private bool
 }
 
 // PostgresDatabase is the PostgreSQL of this project's tests, INBOX_TEST_DATABASE_URL or DefaultPostgresDSN,
 // reached through driver.
 func PostgresDatabase(driver string) Database {
 	return Database{Driver: driver, EnvVar: "INBOX_TEST_DATABASE_URL", DefaultDSN: DefaultPostgresDSN}
+}
+
+// PrivatePostgresDatabase is PostgresDatabase for a package whose tests must not share a server's transaction IDs
+// with other programs: unless INBOX_TEST_DATABASE_URL names a server, RunInOwnDatabases starts one for the run and
+// stops it at the end (a few seconds). watermill-sql's PostgreSQL subscriber needs it: see RunInOwnDatabases.
+func PrivatePostgresDatabase(driver string) Database {
+	d := PostgresDatabase(driver)
+	d.Private = true
+	return d
 }
 
 // MySQLDatabase is the MariaDB or MySQL of this project's tests, MYSQL_TEST_DSN or DefaultMySQLDSN, reached through
@@ -66,7 +78,8 @@ func MySQLDatabase() Database {
 //
 // What a separate database cannot keep apart: PostgreSQL's transaction IDs, and so the xmin of every snapshot,
 // belong to the whole server. watermill-sql's default PostgreSQL subscriber reads only the rows below that xmin,
-// so a transaction that holds an ID open anywhere on the server holds back its messages here too.
+// so a transaction that holds an ID open anywhere on the server holds back its messages here too: such tests run on
+// a server of their own (PrivatePostgresDatabase).
 func RunInOwnDatabases(m *testing.M, dbs ...Database) int {
 	if !flag.Parsed() {
 		flag.Parse()
@@ -86,6 +99,16 @@ func RunInOwnDatabases(m *testing.M, dbs ...Database) int {
 		return failed
 	}
 	for _, d := range dbs {
+		if d.Private && os.Getenv(d.EnvVar) == "" {
+			srv, err := StartPostgres(context.Background())
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "inboxtest: start a PostgreSQL server for the run:", err)
+				dropAll()
+				return 1
+			}
+			drops = append(drops, srv.Stop)
+			d.DefaultDSN = srv.DSN()
+		}
 		dsn, drop, err := d.create()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "inboxtest:", err)

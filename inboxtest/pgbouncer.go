@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -212,12 +211,7 @@ func warmPool(t testing.TB, driverName, dsn string) {
 // freePort returns a loopback port nothing listens on right now.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	_, p, err := net.SplitHostPort(l.Addr().String())
-	require.NoError(t, err)
-	n, err := strconv.Atoi(p)
+	n, err := loopbackPort()
 	require.NoError(t, err)
 	return n
 }

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
+	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PrivatePostgresDatabase("postgres")))
 }
 
 // The inbox over a pgx v5 pool: the handler's side effect runs on the pgx.Tx that holds the message's inbox row,

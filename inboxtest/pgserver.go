@@ -1,4 +1,4 @@
-package main
+package inboxtest
 
 import (
 	"context"
@@ -16,18 +16,19 @@ import (
 	"time"
 )
 
-// pgServer is a PostgreSQL server the harness started for itself: a fresh cluster in a temporary directory,
-// listening on a free loopback port. It is the only server the harness restarts unless the user names a restart
-// command: restarting whatever server a DSN points at would restart someone else's database.
-type pgServer struct {
+// PostgresServer is a PostgreSQL server a test or the harness started for itself: a fresh cluster in a temporary
+// directory, listening on a free loopback port. It is the only kind of server they restart: restarting whatever
+// server a DSN points at would restart someone else's database. Its transaction IDs are its own, so no other
+// program's open transaction holds back the snapshots of the tests that run on it (see RunInOwnDatabases).
+type PostgresServer struct {
 	bin  string // the directory of initdb, pg_ctl and postgres
 	dir  string // everything the server owns: data, socket, log
 	port int
 	cred *syscall.Credential // the user the server runs as; nil for this process's own user
 }
 
-// pgServerUser is the role the harness creates in its own cluster and connects as.
-const pgServerUser = "harness"
+// PostgresServerUser is the superuser role StartPostgres creates in its cluster, and the one its DSN connects as.
+const PostgresServerUser = "inboxtest"
 
 // postgresBinDir returns the directory of the newest PostgreSQL server binaries: Debian and Ubuntu install each
 // major version under /usr/lib/postgresql/<version>/bin, with only the client tools on PATH; elsewhere initdb and
@@ -42,7 +43,7 @@ func postgresBinDir() (string, error) {
 	}
 	if len(found) > 0 {
 		slices.SortFunc(found, func(a, b string) int {
-			return compareVersions(filepath.Base(filepath.Dir(a)), filepath.Base(filepath.Dir(b)))
+			return CompareVersions(filepath.Base(filepath.Dir(a)), filepath.Base(filepath.Dir(b)))
 		})
 		return found[len(found)-1], nil
 	}
@@ -55,8 +56,8 @@ func postgresBinDir() (string, error) {
 		"nor on PATH: install them (Debian: apt-get install postgresql)")
 }
 
-// compareVersions orders "9.6" before "15" before "17": numerically, part by part.
-func compareVersions(a, b string) int {
+// CompareVersions orders "9.6" before "15" before "17": numerically, part by part.
+func CompareVersions(a, b string) int {
 	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
 	for i := range max(len(pa), len(pb)) {
 		var na, nb int
@@ -78,14 +79,15 @@ func isExecutable(path string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// startPostgres creates a cluster in a new temporary directory and starts it on a free loopback port. PostgreSQL
-// refuses to run as root, so as root the server runs as the postgres user. The caller must call stop.
-func startPostgres(ctx context.Context) (*pgServer, error) {
+// StartPostgres creates a cluster in a new temporary directory and starts it on a free loopback port, with the
+// newest PostgreSQL server binaries installed. PostgreSQL refuses to run as root, so as root the server runs as the
+// postgres user. The caller must call Stop.
+func StartPostgres(ctx context.Context) (*PostgresServer, error) {
 	bin, err := postgresBinDir()
 	if err != nil {
 		return nil, err
 	}
-	s := &pgServer{bin: bin}
+	s := &PostgresServer{bin: bin}
 	uid, gid := -1, -1
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
@@ -96,7 +98,7 @@ func startPostgres(ctx context.Context) (*pgServer, error) {
 		gid, _ = strconv.Atoi(u.Gid)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	if s.dir, err = os.MkdirTemp("", "harness-pg-"); err != nil {
+	if s.dir, err = os.MkdirTemp("", "inboxtest-pg-"); err != nil {
 		return nil, err
 	}
 	if s.cred != nil {
@@ -105,12 +107,12 @@ func startPostgres(ctx context.Context) (*pgServer, error) {
 			return nil, err
 		}
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = loopbackPort(); err != nil {
 		os.RemoveAll(s.dir)
 		return nil, err
 	}
 	// Trust on loopback only, no locale to depend on, and no fsync while creating what is deleted afterwards.
-	if err := s.run(ctx, "initdb", "-D", s.dataDir(), "-U", pgServerUser, "--auth=trust", "--no-locale",
+	if err := s.run(ctx, "initdb", "-D", s.dataDir(), "-U", PostgresServerUser, "--auth=trust", "--no-locale",
 		"-E", "UTF8", "--no-sync"); err != nil {
 		os.RemoveAll(s.dir)
 		return nil, err
@@ -124,23 +126,26 @@ func startPostgres(ctx context.Context) (*pgServer, error) {
 	return s, nil
 }
 
-func (s *pgServer) dataDir() string { return filepath.Join(s.dir, "data") }
-func (s *pgServer) logFile() string { return filepath.Join(s.dir, "server.log") }
+func (s *PostgresServer) dataDir() string { return filepath.Join(s.dir, "data") }
+func (s *PostgresServer) logFile() string { return filepath.Join(s.dir, "server.log") }
 
-// dsn is the URL of the server's postgres database.
-func (s *pgServer) dsn() string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", pgServerUser, s.port)
+// Dir is the directory that holds everything the server owns: its data, its socket and its log.
+func (s *PostgresServer) Dir() string { return s.dir }
+
+// DSN is the URL of the server's postgres database.
+func (s *PostgresServer) DSN() string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", PostgresServerUser, s.port)
 }
 
-// restart stops the server the way an operator's restart does (fast: sessions are ended, the transactions in
+// Restart stops the server the way an operator's restart does (fast: sessions are ended, the transactions in
 // flight roll back) and starts it again on the same port, returning once it accepts connections.
-func (s *pgServer) restart(ctx context.Context) error {
+func (s *PostgresServer) Restart(ctx context.Context) error {
 	return s.run(ctx, "pg_ctl", "-D", s.dataDir(), "-l", s.logFile(), "-m", "fast", "-w", "-t", "60", "restart")
 }
 
-// stop shuts the server down and deletes its directory. If pg_ctl cannot stop it, the postmaster named in its pid
-// file, which this harness started, is killed, so no server outlives the directory it runs from.
-func (s *pgServer) stop() error {
+// Stop shuts the server down and deletes its directory. If pg_ctl cannot stop it, the postmaster named in its pid
+// file, which StartPostgres started, is killed, so no server outlives the directory it runs from.
+func (s *PostgresServer) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := s.run(ctx, "pg_ctl", "-D", s.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop")
@@ -156,7 +161,7 @@ func (s *pgServer) stop() error {
 
 // run runs one of the server's binaries as the server's user, from the server's directory (which that user can
 // read, unlike perhaps the caller's), and returns its output with the error.
-func (s *pgServer) run(ctx context.Context, name string, args ...string) error {
+func (s *PostgresServer) run(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, name), args...)
 	cmd.Dir = s.dir
 	if s.cred != nil {
@@ -179,8 +184,8 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort returns a loopback TCP port nobody listens on at the moment.
-func freePort() (int, error) {
+// loopbackPort returns a loopback TCP port nobody listens on at the moment.
+func loopbackPort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
