@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -34,7 +35,7 @@ func TestBatch_ACopyOfALoneMessageWaitsForItInsteadOfDeadlocking(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	pool := &slowFirstBegin{Pool: driver.StdSQL(b.db), delay: 300 * time.Millisecond}
-	ib, err := inbox.OnDialect(inbox.Postgres(), pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
+	ib, err := inbox.OnDialect(postgres.Dialect(), pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
 		inbox.WithBatch(0, 8))
 	require.NoError(t, err)
 	var calls atomic.Int64

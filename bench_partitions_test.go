@@ -11,6 +11,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -29,7 +30,7 @@ func BenchmarkPartitionCreation(b *testing.B) {
 		b.Fatal(err)
 	}
 	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	pt := inbox.Postgres().(dialect.Partitioner)
+	pt := postgres.Dialect().(dialect.Partitioner)
 	pool := driver.StdSQL(db)
 	now := time.Now()
 	var round, longest time.Duration

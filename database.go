@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -31,10 +32,10 @@ type Database struct {
 // watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. On joins only those it is given; the package-level functions
 // join v3's.
 func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
-	return OnDialect(postgresDialect, pool, joiners...)
+	return OnDialect(postgres.Dialect(), pool, joiners...)
 }
 
-// OnDialect returns the Database that pool reaches, speaking d's SQL: Postgres(), or another database's dialect
+// OnDialect returns the Database that pool reaches, speaking d's SQL: postgres.Dialect(), or another database's dialect
 // such as the mysqlinbox module's. A dialect that cannot join a subscriber's transaction refuses joiners: New
 // then fails with ErrInvalidOption.
 func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *Database {

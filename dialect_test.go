@@ -9,6 +9,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -26,8 +27,8 @@ func TestOnDialect(t *testing.T) {
 
 	t.Run("OnSpeaksPostgreSQL", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, "postgres", inbox.Postgres().Name())
-		require.True(t, inbox.Postgres().JoinsSubscriberTx())
+		require.Equal(t, "postgres", postgres.Dialect().Name())
+		require.True(t, postgres.Dialect().JoinsSubscriberTx())
 	})
 
 	t.Run("ADialectThatCannotJoinRefusesJoinersAndTheJoinOption", func(t *testing.T) {
@@ -36,14 +37,14 @@ func TestOnDialect(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		pool := driver.StdSQL(db)
-		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres()}, pool, joinNothing{}).New()
+		_, err = inbox.OnDialect(withoutJoin{postgres.Dialect()}, pool, joinNothing{}).New()
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
-		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres()}, pool).New(inbox.WithSubscriberTx(true))
+		_, err = inbox.OnDialect(withoutJoin{postgres.Dialect()}, pool).New(inbox.WithSubscriberTx(true))
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 
-		_, err = inbox.OnDialect(withoutJoin{inbox.Postgres()}, pool).New()
+		_, err = inbox.OnDialect(withoutJoin{postgres.Dialect()}, pool).New()
 		require.NoError(t, err)
-		_, err = inbox.OnDialect(inbox.Postgres(), pool, joinNothing{}).New(inbox.WithSubscriberTx(true))
+		_, err = inbox.OnDialect(postgres.Dialect(), pool, joinNothing{}).New(inbox.WithSubscriberTx(true))
 		require.NoError(t, err, "PostgreSQL joins")
 	})
 
@@ -65,9 +66,9 @@ func TestPostgresClassifiesBySQLSTATE(t *testing.T) {
 		"2200H": dialect.SequenceExhausted,
 		"23502": dialect.StaleConsumer,
 	} {
-		require.Equal(t, want, inbox.Postgres().Classify(codeError(code)), code)
+		require.Equal(t, want, postgres.Dialect().Classify(codeError(code)), code)
 	}
-	require.Equal(t, dialect.Other, inbox.Postgres().Classify(nil))
+	require.Equal(t, dialect.Other, postgres.Dialect().Classify(nil))
 }
 
 type codeError string

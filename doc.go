@@ -13,8 +13,7 @@
 //	router.AddMiddleware(inbox.Middleware(db, inbox.WithDeadLetter(pub, "wallet-credits.dead")))
 //	router.AddConsumerHandler("wallet-credits", "deposits", sub, inbox.Handler(
 //		func(ctx context.Context, tx *sql.Tx, msg *message.Message) error {
-//			_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + $1 WHERE id = $2", amount, id)
-//			return err
+//			return accounts.Credit(ctx, tx, msg) // the side effect, written on the inbox's transaction
 //		}))
 //
 // Handler never calls its function without a transaction; TxFromContext gives it to a handler that takes it later.

@@ -27,9 +27,9 @@ var ErrInvalidOption = errors.New("inbox: invalid option")
 // (which names every handler) and WithConsumer was not given.
 var ErrNoConsumer = errors.New("inbox: no consumer name: set WithConsumer or run the middleware inside a router")
 
-// ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in migrations/. The
-// middleware creates the table itself unless WithAutoMigrate(false) is given; then it nacks each message after the
-// reject delay until the table exists.
+// ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in
+// dialect/postgres/migrations/. The middleware creates the table itself unless WithAutoMigrate(false) is given; then
+// it nacks each message after the reject delay until the table exists.
 var ErrSchemaMissing = errors.New("inbox: inbox table does not exist (run inbox.Migrate)")
 
 // ErrLeaseHeld reports, in lease mode, a message whose lease another consumer holds: it may still succeed, or die

@@ -67,7 +67,7 @@ func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.Ha
 
 func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	produced, err := i.applyOwnOnce(msg, consumer, id, h, ob)
-	if errors.Is(err, errSessionLost) { // before h ran; the claim goes with literals from now on
+	if errors.Is(err, dialect.ErrSessionLost) { // before h ran; the claim goes with literals from now on
 		i.cfg.logger.Info("Inbox stops preparing its claim: a connection's session lacked it (a pooler in transaction mode?)",
 			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
 		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
@@ -105,7 +105,7 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 	produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback() // before any wait of settle's, so the claim's lock is not held through it
-		if errors.Is(err, errSessionLost) || errors.Is(err, errStaleConsumer) {
+		if errors.Is(err, dialect.ErrSessionLost) || errors.Is(err, errStaleConsumer) {
 			return nil, err // applyOwnObserved goes again
 		}
 		err = i.settle(msg, consumer, err)

@@ -18,6 +18,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -210,7 +211,7 @@ func TestPartitions_CopiesRacingAcrossABoundaryWhilePartitionsAreCreatedApplyOnc
 			}
 		}()
 	}
-	pt := inbox.Postgres().(dialect.Partitioner)
+	pt := postgres.Dialect().(dialect.Partitioner)
 	pool := driver.StdSQL(db)
 	created := make(chan error, 1)
 	go func() {
@@ -221,7 +222,7 @@ func TestPartitions_CopiesRacingAcrossABoundaryWhilePartitionsAreCreatedApplyOnc
 				From: inbox.UUID7Floor(from), To: inbox.UUID7Floor(from.Add(time.Hour))}
 			for {
 				err := inShortTxForTest(ctx, pool, func(tx driver.Tx) error { return pt.CreatePartition(ctx, tx, p) })
-				if err == nil || inbox.Postgres().Classify(err) != dialect.LockConflict {
+				if err == nil || postgres.Dialect().Classify(err) != dialect.LockConflict {
 					errs = append(errs, err)
 					break
 				}

@@ -3,24 +3,13 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"embed"
-	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
-
-// migrationFiles are the inbox's versioned schema changes, the same files users may hand to their own migration
-// tool. They name the default table; Migrate substitutes the configured one.
-//
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
 
 // Migration is one versioned schema change of the inbox table: Version orders migrations and Migrate applies each
 // once, in ascending order; Name is the file name's description, such as "inbox"; Up and Down are the SQL that
@@ -34,55 +23,12 @@ func Migrations(opts ...Option) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := migrations(c.table, c.idType)
+	pg := postgres.Dialect()
+	ms, err := pg.Migrations(c.table, string(c.idType))
 	if err != nil || c.partitionPeriod == 0 {
 		return ms, err
 	}
-	return postgresDialect.(dialect.Partitioner).PartitionedMigrations(c.table, ms)
-}
-
-// textIDColumn is how 001_inbox.up.sql declares message_id, in the inbox table and the produced table alike;
-// IDTypeUUID swaps text for uuid in those lines.
-const (
-	textIDColumn = "message_id   text        NOT NULL,"
-	uuidIDColumn = "message_id   uuid        NOT NULL,"
-)
-
-func migrations(table string, idType IDType) ([]Migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	out := make([]Migration, 0, len(names))
-	for _, up := range names {
-		base := strings.TrimSuffix(strings.TrimPrefix(up, "migrations/"), ".up.sql")
-		num, name, _ := strings.Cut(base, "_")
-		version, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: migration file %s: version is not a number", up)
-		}
-		upSQL, err := migrationFiles.ReadFile(up)
-		if err != nil {
-			return nil, err
-		}
-		downSQL, err := migrationFiles.ReadFile(strings.TrimSuffix(up, ".up.sql") + ".down.sql")
-		if err != nil {
-			return nil, err
-		}
-		// Only names matching tableNamePattern get here, and the files quote every identifier that starts with
-		// the default name, so this replacement cannot change anything but identifiers.
-		rename := func(b []byte) string { return strings.ReplaceAll(string(b), DefaultTable, table) }
-		m := Migration{Version: version, Name: name, Up: rename(upSQL), Down: rename(downSQL)}
-		if version == 1 && idType == IDTypeUUID {
-			if !strings.Contains(m.Up, textIDColumn) {
-				return nil, fmt.Errorf("inbox: migration file %s: cannot find the message_id column to make it uuid", up)
-			}
-			m.Up = strings.ReplaceAll(m.Up, textIDColumn, uuidIDColumn)
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return pg.(dialect.Partitioner).PartitionedMigrations(c.table, ms)
 }
 
 // Migrate creates or upgrades the inbox table that the options name (DefaultTable unless WithTable is given),
@@ -165,13 +111,4 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 	}
 	res.from, res.to, err = d.dialect.Migrate(ctx, d.pool, dialect.MigrateParams{Table: c.table, Migrations: ms, Check: check})
 	return res, err
-}
-
-// rollbackErr drops the error a rollback reports for a transaction that the client library already ended (because
-// its context was cancelled), which is no failure.
-func rollbackErr(err error) error {
-	if err == nil || errors.Is(err, driver.ErrTxDone) {
-		return nil
-	}
-	return fmt.Errorf("inbox: rollback: %w", err)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
@@ -141,9 +142,21 @@ func TestMigrations_AreTheShippedFilesForTheConfiguredTable(t *testing.T) {
 	require.NotEmpty(t, ms)
 	for i, m := range ms {
 		require.Equal(t, i+1, m.Version, "versions are consecutive from 1")
-		file, err := os.ReadFile(fmt.Sprintf("migrations/%03d_%s.up.sql", m.Version, m.Name))
+		file, err := os.ReadFile(fmt.Sprintf("dialect/postgres/migrations/%03d_%s.up.sql", m.Version, m.Name))
 		require.NoError(t, err)
 		require.Equal(t, string(file), m.Up, "the default table's migration is the file users apply themselves")
+	}
+	for variant, opts := range map[string][]inbox.Option{
+		"uuid":        {inbox.WithIDType(inbox.IDTypeUUID)},
+		"partitioned": {inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(24 * time.Hour)},
+	} {
+		vs, err := inbox.Migrations(opts...)
+		require.NoError(t, err)
+		file, err := os.ReadFile("dialect/postgres/migrations/" + variant + "/001_inbox.up.sql")
+		require.NoError(t, err)
+		require.Equal(t, string(file), vs[0].Up, "a variant's first migration is its own file")
+		require.Equal(t, ms[0].Down, vs[0].Down, "and is undone as the plain one is")
+		require.Equal(t, ms[1:], vs[1:], "the variant changes the first migration only")
 	}
 
 	custom, err := inbox.Migrations(inbox.WithTable("billing_inbox"))

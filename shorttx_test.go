@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 )
 
 // pgError is a driver error with a SQLSTATE code, as lib/pq's and pgx's errors have.
@@ -24,7 +27,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Parallel()
 		fails := []error{pgError("40001"), pgError("40P01")}
 		calls := 0
-		err := retryConflicts(context.Background(), postgresDialect, 5, time.Millisecond, func() error {
+		err := dialect.RetryConflicts(context.Background(), postgres.Dialect(), 5, time.Millisecond, func() error {
 			calls++
 			if calls <= len(fails) {
 				return fails[calls-1]
@@ -38,7 +41,7 @@ func TestRetryConflicts(t *testing.T) {
 	t.Run("GivesUpAfterTheBoundAndSaysSo", func(t *testing.T) {
 		t.Parallel()
 		calls := 0
-		err := retryConflicts(context.Background(), postgresDialect, 4, time.Millisecond, func() error { calls++; return pgError("40001") })
+		err := dialect.RetryConflicts(context.Background(), postgres.Dialect(), 4, time.Millisecond, func() error { calls++; return pgError("40001") })
 		require.Equal(t, 4, calls)
 		require.ErrorIs(t, err, pgError("40001"))
 		require.ErrorContains(t, err, "after 4 tries")
@@ -48,7 +51,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Parallel()
 		for _, fail := range []error{pgError("23505"), pgError("22021"), errors.New("connection refused")} {
 			calls := 0
-			err := retryConflicts(context.Background(), postgresDialect, 5, time.Millisecond, func() error { calls++; return fail })
+			err := dialect.RetryConflicts(context.Background(), postgres.Dialect(), 5, time.Millisecond, func() error { calls++; return fail })
 			require.Equal(t, 1, calls, "%v", fail)
 			require.Equal(t, fail, err)
 		}
@@ -58,7 +61,7 @@ func TestRetryConflicts(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(context.Background())
 		calls := 0
-		err := retryConflicts(ctx, postgresDialect, 5, time.Hour, func() error { calls++; cancel(); return pgError("40P01") })
+		err := dialect.RetryConflicts(ctx, postgres.Dialect(), 5, time.Hour, func() error { calls++; cancel(); return pgError("40P01") })
 		require.Equal(t, 1, calls)
 		require.ErrorIs(t, err, context.Canceled)
 		require.ErrorIs(t, err, pgError("40P01"))
@@ -68,13 +71,13 @@ func TestRetryConflicts(t *testing.T) {
 func TestPoolerHint_ExplainsAPreparedStatementAProxyLostOnceHoweverOftenWrapped(t *testing.T) {
 	t.Parallel()
 	for _, code := range []pgError{"26000", "42P05"} {
-		err := poolerHint(postgresDialect, code)
+		err := poolerHint(postgres.Dialect(), code)
 		require.ErrorIs(t, err, code)
 		require.Contains(t, err.Error(), "default_query_exec_mode=cache_describe")
-		again := poolerHint(postgresDialect, fmt.Errorf("inbox: claim: %w", err))
+		again := poolerHint(postgres.Dialect(), fmt.Errorf("inbox: claim: %w", err))
 		require.Equal(t, 1, strings.Count(again.Error(), "transaction-pooling proxy"), "explained once: %v", again)
 	}
 	other := pgError("23505")
-	require.Equal(t, error(other), poolerHint(postgresDialect, other))
-	require.NoError(t, poolerHint(postgresDialect, nil))
+	require.Equal(t, error(other), poolerHint(postgres.Dialect(), other))
+	require.NoError(t, poolerHint(postgres.Dialect(), nil))
 }

@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 )
 
 func TestStoreWrap_BlamesTheEventIDOnlyWhereItIsTheOneUncheckedInput(t *testing.T) {
 	t.Parallel()
-	s := newStore(postgresDialect, "watermill_inbox", nil)
+	s := newStore(postgres.Dialect(), "watermill_inbox", nil)
 	refusals := []pgError{"22P02", "22021", "54000"}
 
 	for _, op := range []string{"claim", "claim lease"} {

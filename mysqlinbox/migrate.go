@@ -6,9 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,33 +26,7 @@ func (*mysqlDialect) Migrations(table string, idType string) ([]dialect.Migratio
 	if idType != "" && idType != "text" {
 		return nil, fmt.Errorf("mysqlinbox: the ID type %q is not supported: MySQL stores every event ID as VARBINARY", idType)
 	}
-	names, err := fs.Glob(migrationFiles, "migrations/*.up.sql")
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	out := make([]dialect.Migration, 0, len(names))
-	for _, up := range names {
-		base := strings.TrimSuffix(strings.TrimPrefix(up, "migrations/"), ".up.sql")
-		num, name, _ := strings.Cut(base, "_")
-		version, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("mysqlinbox: migration file %s: version is not a number", up)
-		}
-		upSQL, err := migrationFiles.ReadFile(up)
-		if err != nil {
-			return nil, err
-		}
-		downSQL, err := migrationFiles.ReadFile(strings.TrimSuffix(up, ".up.sql") + ".down.sql")
-		if err != nil {
-			return nil, err
-		}
-		// The files backquote every identifier that starts with the default name, and the table name was
-		// validated, so this replacement changes identifiers only.
-		rename := func(b []byte) string { return strings.ReplaceAll(string(b), defaultTable, table) }
-		out = append(out, dialect.Migration{Version: version, Name: name, Up: rename(upSQL), Down: rename(downSQL)})
-	}
-	return out, nil
+	return dialect.LoadMigrations(migrationFiles, "migrations", defaultTable, table)
 }
 
 // statements splits a migration into its statements, for a connection that runs one statement at a time (the

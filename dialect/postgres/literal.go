@@ -1,4 +1,4 @@
-package inbox
+package postgres
 
 import (
 	"context"
@@ -35,7 +35,7 @@ import (
 // no session runs a statement some other connection prepared on it, for another table or search_path, even behind
 // a pooler that shares sessions among connections. Behind a pooler in transaction mode a later transaction can
 // find a session without it: that EXECUTE fails, the pool stops preparing (SessionLost), and the transaction is
-// made again, with literals (errSessionLost): applyOwn and inShortTx do that once. Only a statement that opens its
+// made again, with literals (dialect.ErrSessionLost): the inbox does that once. Only a statement that opens its
 // transaction is prepared, so that the failure comes before anything else of the transaction ran.
 
 // firstRow runs query, the first statement of its transaction, as preparedRow does when it can, and as literally
@@ -46,11 +46,6 @@ func firstRow(ctx context.Context, ex driver.Executor, query string, args ...any
 	}
 	return literally(ex).QueryRow(ctx, query, args...)
 }
-
-// errSessionLost is a statement that failed because its prepared form was not on the session it reached, or no
-// longer fits its table: the transaction is aborted before anything else of it ran, and it can go again at once,
-// with literals.
-var errSessionLost = errors.New("the prepared statement was not on the connection's session")
 
 // preparedRow runs query, with args as literals, as a statement prepared on the session of ex's connection, when
 // ex keeps notes on its session and every argument has a literal; otherwise it reports false.
@@ -99,14 +94,14 @@ func (r preparingRow) Scan(dest ...any) error {
 
 // sessionLost turns err, when it says that the session lacked a prepared statement or already had its name, or that
 // the statement no longer fits its table (a column's type changed under it: datatype_mismatch, or
-// feature_not_supported for a cached plan whose result changed), into errSessionLost, and tells s to keep no more
-// notes. Literals fit whatever the table has become.
+// feature_not_supported for a cached plan whose result changed), into dialect.ErrSessionLost, and tells s to keep no
+// more notes. Literals fit whatever the table has become.
 func sessionLost(s driver.SessionState, err error) error {
-	if code := sqlState(err); postgresDialect.Classify(err) != dialect.StatementMissing && code != "42804" && code != "0A000" {
+	if code := sqlState(err); classify(err) != dialect.StatementMissing && code != "42804" && code != "0A000" {
 		return err
 	}
 	s.SessionLost()
-	return fmt.Errorf("%w: %w", errSessionLost, err)
+	return fmt.Errorf("%w: %w", dialect.ErrSessionLost, err)
 }
 
 type lostRow struct {

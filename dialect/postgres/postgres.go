@@ -1,0 +1,151 @@
+// Package postgres is the inbox's PostgreSQL dialect: every statement the inbox runs on PostgreSQL, its versioned
+// migrations (migrations/*.sql, the files users may hand to a migration tool of their own) and the schema the
+// inbox expects them to leave. The inbox's On uses it; OnDialect takes it, or another database's dialect.
+//
+// Statements are named constants, each with a comment on why it has its shape, written for the default inbox
+// table with {table} in its place; the dialect expands them once per table and keeps the result (expand).
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// Dialect returns the PostgreSQL dialect.
+func Dialect() dialect.Dialect { return theDialect }
+
+var theDialect = &postgres{}
+
+// The contracts the inbox finds by type assertion: a rename would switch the feature off without a word.
+var (
+	_ dialect.Dialect         = (*postgres)(nil)
+	_ dialect.Speaker         = (*postgres)(nil)
+	_ dialect.Locator         = (*postgres)(nil) // the check of a joined transaction's database
+	_ dialect.AtCommitClaimer = (*postgres)(nil)
+	_ dialect.RowsReader      = (*postgres)(nil)
+	_ dialect.SpanCleaner     = (*postgres)(nil)
+	_ dialect.Partitioner     = (*postgres)(nil)
+)
+
+type postgres struct {
+	mu         sync.RWMutex
+	statements map[statementKey]string // what expand made
+	batches    sync.Map                // batchKey -> string: the batch claim of one table and size
+	reads      sync.Map                // batchKey -> string: ReadRows of one table and count of IDs
+}
+
+// statementKey names a statement expanded for one table, and one relation of it that a cleanup walks.
+type statementKey struct{ template, table, rel string }
+
+// sql returns the statement template for table.
+func (pg *postgres) sql(template, table string) string { return pg.expand(template, table, table) }
+
+// expand is the one step that puts names into the dialect's statements, once for each statement and table, then
+// from memory: {table} becomes the inbox table's name, {rel} the relation a cleanup walks (the table, or one of
+// its partitions), and {now_minutes} the database clock as processed_at stores it. The names were validated (lower-
+// case letters, digits and underscores), so they go into the text as they are.
+func (pg *postgres) expand(template, table, rel string) string {
+	key := statementKey{template, table, rel}
+	pg.mu.RLock()
+	s, ok := pg.statements[key]
+	pg.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = fill(template, "{table}", table, "{rel}", rel, "{now_minutes}", nowMinutesSQL)
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.statements == nil {
+		pg.statements = map[statementKey]string{}
+	}
+	pg.statements[key] = s
+	return s
+}
+
+// fill replaces each placeholder in template with its value, given in pairs: expand and the partitions' DDL, the
+// dialect's one way of putting names into its statements.
+func fill(template string, pairs ...string) string {
+	return strings.NewReplacer(pairs...).Replace(template)
+}
+
+// nowMinutesSQL is the database clock as processed_at stores it: whole minutes since 1970, rounded down.
+const nowMinutesSQL = `(floor(extract(epoch FROM now()) / 60))::integer`
+
+// minutes is t as a cutoff on processed_at: a row of minute m holds times up to the end of that minute, so it is
+// older than t only when m is before t's minute.
+func minutes(t time.Time) int64 {
+	return int64(math.Floor(float64(t.Unix()) / 60))
+}
+
+// States are one byte in the table (migrations/007_compact.up.sql); the inbox names them.
+var stateCodes = map[string]string{"done": "d", "applying": "a", "processing": "p", "released": "r", "failed": "f"}
+
+func stateCode(name string) string {
+	if c, ok := stateCodes[name]; ok {
+		return c
+	}
+	return name
+}
+
+func stateName(code string) string {
+	for name, c := range stateCodes {
+		if c == code {
+			return name
+		}
+	}
+	return code
+}
+
+func (*postgres) Name() string { return "postgres" }
+
+// Speaks is PostgreSQL (dialect.Speaker).
+func (*postgres) Speaks() driver.Server { return driver.PostgreSQL }
+
+// locateSQL names the database and its server's start time.
+const locateSQL = `SELECT current_database(), pg_postmaster_start_time()::text`
+
+// Locate names the database and tells its server by the server's start time rather than by its address: one
+// server reached by two routes (a socket, a pooler, another interface) answers two addresses, but one start time.
+// Only a restart changes it, and the inbox asks again when two answers differ.
+func (*postgres) Locate(ctx context.Context, q driver.Executor) (string, error) {
+	var name, started string
+	if err := q.QueryRow(ctx, locateSQL).Scan(&name, &started); err != nil {
+		return "", fmt.Errorf("ask which database this is: %w", err)
+	}
+	return fmt.Sprintf("database %q of the server started at %s", name, started), nil
+}
+
+// JoinsSubscriberTx is true: a deferred constraint trigger (migrations/003_applying_guard.up.sql) fails a commit
+// that would keep an unfinished claim.
+func (*postgres) JoinsSubscriberTx() bool { return true }
+
+// scanTrue scans a row that is there when a statement took effect, and nothing when it did not.
+func scanTrue(row driver.Row) (bool, error) {
+	var ok bool
+	err := row.Scan(&ok)
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// nullable turns no produced messages into SQL NULL, and others into a text parameter for the jsonb column: as
+// []byte, drivers send bytea, and those that send it in binary format (lib/pq with binary_parameters=yes) would
+// hand jsonb a value without its binary version header.
+func nullable(raw []byte) any {
+	if raw == nil {
+		return nil
+	}
+	return string(raw)
+}
+
+// quoteIdent double-quotes a validated name, with or without a suffix; such a name holds no quote to escape.
+func quoteIdent(name string) string { return `"` + name + `"` }
