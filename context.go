@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/batch"
 )
 
 type ctxKey int
@@ -43,7 +44,7 @@ func (v *ownView) get(ctx context.Context) any {
 				v.native = view.Native()
 			}
 		case driver.Pipeliner:
-			v.native = tx.MemberView(noFirst, func() {}).Native()
+			v.native = tx.MemberView(batch.NoFirst, func() {}).Native()
 		}
 	})
 	return v.native

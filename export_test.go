@@ -3,8 +3,5 @@ package inbox
 // BatchPending reports how many messages of consumer wait for a batch, for tests that must know a batch is full
 // before they let it begin.
 func BatchPending(i *Inbox, consumer string) int {
-	q := i.queueOf(consumer)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.pending)
+	return i.batches.Pending(consumer)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/batch"
 )
 
 // Inbox deduplicates the messages of Watermill handlers against a PostgreSQL table. Build one with New and install
@@ -22,8 +23,8 @@ type Inbox struct {
 	store         *store
 	readiness     readiness
 	subscriberTxs subscriberTxs
-	batchQueues   batchQueues
-	warnedNoDLQ   atomic.Bool // warnNoDeadLetter has logged
+	batches       *batch.Engine // batch mode's (WithBatch); nil without it
+	warnedNoDLQ   atomic.Bool   // warnNoDeadLetter has logged
 }
 
 // New checks the options and returns an Inbox over db. It does not touch the database. Its first message checks
@@ -54,7 +55,8 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 		return nil, fmt.Errorf("%w: WithClaimAtCommit: this database cannot send the claim with COMMIT, so the option would "+
 			"save no round trip; it needs pgxinbox over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, and PostgreSQL", ErrInvalidOption)
 	}
-	return &Inbox{db: d, cfg: c, store: newStore(d.dialect, c.table, d.pool), readiness: newReadiness(c.table)}, nil
+	s := newStore(d.dialect, c.table, d.pool)
+	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: newReadiness(c.table)}, nil
 }
 
 // claimsAtCommit reports whether d's transactions can send the claim with COMMIT: its dialect writes the claim as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/batch"
 )
 
 // store runs the message path's operations on the inbox table through the database's dialect, which holds their
@@ -221,6 +223,59 @@ func (s *store) takeOver(ctx context.Context, tx driver.Tx, consumer, id, state 
 func (s *store) savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error {
 	return s.d.Savepoint(ctx, tx, step)
 }
+
+// The batch engine's statements (batch.Store), in a batch's transaction: the message path's, classified as they
+// are without batching.
+var _ batch.Store = (*store)(nil)
+
+// ClaimBatch is claimBatch: IDs of the batch claimed as applied, 'done'.
+func (s *store) ClaimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
+	return s.claimBatch(ctx, tx, consumer, ids)
+}
+
+// ReadFinished returns the rows readRows finds that are 'done' or 'failed': a batch's member whose row is either
+// ends without a transaction of its own; one that lease mode holds or left goes on alone, to take it over or wait.
+func (s *store) ReadFinished(ctx context.Context, tx driver.Tx, consumer string, ids []string) (map[string]dialect.StoredRow, bool, error) {
+	rows, ok, err := s.readRows(ctx, tx, consumer, ids)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	maps.DeleteFunc(rows, func(_ string, row dialect.StoredRow) bool { return row.State != stateDone && row.State != stateFailed })
+	return rows, true, nil
+}
+
+// Holds is holds.
+func (s *store) Holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error) {
+	return s.holds(ctx, tx, consumer, id)
+}
+
+// Unclaim is unclaim.
+func (s *store) Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
+	return s.unclaim(ctx, tx, consumer, id)
+}
+
+// SetSavepoint sets the savepoint of a batch's member.
+func (s *store) SetSavepoint(ctx context.Context, tx driver.Tx) error {
+	return s.savepoint(ctx, tx, dialect.SetSavepoint)
+}
+
+// RollbackToSavepoint rolls a batch back to its newest member's savepoint.
+func (s *store) RollbackToSavepoint(ctx context.Context, tx driver.Tx) error {
+	return s.savepoint(ctx, tx, dialect.RollbackSavepoint)
+}
+
+// SaveProduced is saveProduced, whose produced messages the database refuses come back unusable: settle
+// dead-letters them.
+func (s *store) SaveProduced(ctx context.Context, tx driver.Tx, consumer, id string, raw []byte) error {
+	err := s.saveProduced(ctx, tx, consumer, id, raw)
+	if errors.Is(err, ErrProducedUnstorable) {
+		return unusable{err}
+	}
+	return err
+}
+
+// Explain adds poolerHint's advice to a driver error.
+func (s *store) Explain(err error) error { return poolerHint(s.d, err) }
 
 // wrapProduced wraps the failure of a statement that stores produced messages. A value the database refuses
 // (data exceptions, limits, a check constraint) would be refused on every redelivery too: it becomes

@@ -19,7 +19,7 @@ import (
 //     the type of its IDs. A schema or configuration fault holds every message back for the reject delay.
 //  1. Read the event ID; a message without a usable one is dead-lettered or nacked after a delay.
 //  2. Begin a transaction, or join the one watermill-sql's subscriber carries (through the Database's joiners), or,
-//     in batch mode, share one with the messages in flight beside it (batch.go).
+//     in batch mode, share one with the messages in flight beside it (batch.go, internal/batch).
 //  3. Claim (consumer, ID) in the inbox table. If it was claimed before, skip h: roll back, and return the
 //     messages h produced the first time so the router sends them again.
 //  4. Run h with the transaction in its context (TxFromContext); h does its side effect on it. The messages h

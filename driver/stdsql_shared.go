@@ -18,7 +18,7 @@ import (
 //
 // The driver connection is taken from the pool with sql.Conn.Raw, whose callback holds it until the shared
 // transaction ends. The inbox's own statements go through the owner, a *sql.Tx of the same private DB whose Commit
-// and Rollback are the server's. The inbox lets one view use the connection at a time (batch.go); the private DB
+// and Rollback are the server's. The inbox lets one view use the connection at a time (internal/batch); the private DB
 // adds a lock of its own so that a handler that goes on using its view after it returned cannot interleave with
 // another's statement on the wire.
 

@@ -1,0 +1,215 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// A member's view of the batch's transaction: what its handler finds in its context, the savepoint that lets its
+// part roll back alone, and its hold on the batch's one connection.
+
+// memberTx is a member's view of the batch's transaction, in its handler's context: the first use takes the
+// connection and sets the member's savepoint, so that the handler's time before it overlaps the others'.
+type memberTx struct {
+	b         *batch
+	start     time.Time // the handler's start
+	once      sync.Once
+	savepoint bool  // set: its effect can be rolled back alone
+	deferred  bool  // the savepoint waits to go with the member's first statement (see driver.Deferrer)
+	err       error // setting it failed
+	untouched bool  // the member finished without taking the connection
+
+	// In a batch with a pipe: pipelined is set when the member's first statement went in a pipeline; the other
+	// fields are the line's (guarded by its mu).
+	pipelined bool
+	view      driver.View // the native transaction its handler gets, when the batch's transaction gives views
+	seat      int         // names the savepoint of its pipelined statement
+	wake      chan struct{}
+	sql       string // its first statement, while it waits in the line's queue
+	args      []any
+	alone     bool // it waits in the queue to have the connection to itself, not to pipeline a statement
+	sends     bool // it is to send the next pipeline
+	ran       bool // its savepoint and statement ran (spSet: the savepoint is there), with res and resErr
+	spSet     bool
+	res       any
+	resErr    error
+	told      bool // it heads the line and has its answer
+}
+
+// deferring is a transaction whose statements without arguments are held back by its driver.Deferrer: the store's
+// savepoint statement, given this, waits for the member's first statement.
+type deferring struct {
+	driver.Tx
+	d driver.Deferrer
+}
+
+func (e deferring) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if len(args) > 0 {
+		return e.Tx.Exec(ctx, query, args...)
+	}
+	e.d.DeferExec(query)
+	return 0, nil
+}
+
+// hold takes the connection, once, setting the savepoint if withSavepoint. The connection stays taken until the
+// member's part is settled (keep, undo). A member whose first statement was pipelined takes it on its next use,
+// rolling back the statements of the members after it (see seize).
+func (t *memberTx) hold(withSavepoint bool) {
+	if t.pipelined {
+		if err := t.b.seize(t, false); err != nil {
+			t.b.breaks(fmt.Errorf("inbox: roll back the batch members after %s: %w", t.b.consumer, err))
+		}
+		return
+	}
+	t.once.Do(func() {
+		t.b.q.learn(time.Since(t.start))
+		t.b.atTurn.Add(1)
+		t.b.asked.Add(1)
+		<-t.b.ready
+		t.b.acquire(t)
+		if withSavepoint && !t.b.solo {
+			if d, ok := t.b.tx.(driver.Deferrer); ok {
+				t.err = t.b.store.SetSavepoint(t.b.ctx, deferring{t.b.tx, d})
+				t.deferred = t.err == nil
+			} else {
+				t.err = t.b.store.SetSavepoint(t.b.ctx, t.b.tx)
+			}
+			t.savepoint = t.err == nil
+		}
+	})
+}
+
+// settle learns what became of a savepoint held back for the member's first statement: one that never went (the
+// member ran no statement) marks nothing, and there is nothing to roll back; one the server refused is an error.
+// Called with the connection held, before it is freed.
+func (t *memberTx) settle() {
+	if !t.deferred {
+		return
+	}
+	t.deferred = false
+	ran, err := t.b.tx.(driver.Deferrer).EndDeferred()
+	switch {
+	case !ran:
+		t.savepoint = false
+	case err != nil:
+		t.savepoint, t.err = false, fmt.Errorf("inbox: set a batch member's savepoint: %w", err)
+	}
+}
+
+// unused reports whether the handler never used the transaction, and makes sure it no longer can take it.
+func (t *memberTx) unused() bool {
+	t.once.Do(func() {
+		t.untouched = true
+		t.b.q.learn(time.Since(t.start))
+	})
+	return t.untouched
+}
+
+// Native is what the member's handler gets from TxFromContext: a view of the batch's transaction whose Commit and
+// Rollback return driver.ErrTxShared, when the adapter gives views (database/sql's and pgx's do).
+func (t *memberTx) Native() any {
+	if p, ok := t.b.tx.(driver.Pipeliner); ok {
+		if t.view == nil {
+			first := NoFirst // a batch of one pipelines nothing
+			if t.b.pipe != nil {
+				first = t.first
+			}
+			t.view = p.MemberView(first, func() { t.hold(true) })
+		}
+		return t.view.Native()
+	}
+	t.hold(true)
+	if t.b.shared == nil {
+		return t.b.tx.Native()
+	}
+	if t.view == nil {
+		v, err := t.b.shared.View(t.b.ctx)
+		if err != nil {
+			return nil // the handler finds no transaction, and fails
+		}
+		t.view = v
+	}
+	return t.view.Native()
+}
+
+// NoFirst is the first of a view whose statements are never pipelined (see driver.Pipeliner.MemberView): a batch of
+// one member's, or the view of a message that goes alone in batch mode.
+func NoFirst(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
+
+// failed returns the first error of the member's statements, if one failed: its first pipelined statement's, or
+// one its view recorded. nil when none failed or the adapter gives no views.
+func (t *memberTx) failed() error {
+	if t.pipelined && t.resErr != nil {
+		return t.resErr
+	}
+	if t.view != nil {
+		return t.view.Failed()
+	}
+	return nil
+}
+
+// closeView ends the member's view, so that its handler can no longer use the batch's transaction.
+func (t *memberTx) closeView() {
+	if t.view != nil {
+		t.view.Close()
+	}
+}
+
+func (t *memberTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	t.hold(true)
+	return t.b.tx.Exec(ctx, query, args...)
+}
+
+func (t *memberTx) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	t.hold(true)
+	return t.b.tx.QueryRow(ctx, query, args...)
+}
+
+func (t *memberTx) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	t.hold(true)
+	return t.b.tx.Query(ctx, query, args...)
+}
+
+func (t *memberTx) Commit(context.Context) error   { return driver.ErrTxShared }
+func (t *memberTx) Rollback(context.Context) error { return driver.ErrTxShared }
+
+// acquire takes the connection for t, the member's first use of the transaction that is not pipelined.
+func (b *batch) acquire(t *memberTx) {
+	if b.pipe == nil {
+		b.conn.Lock()
+		return
+	}
+	l := &b.line
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.alone = true
+	l.join(t)
+	b.waitUntil(t, func() bool { return l.holder == t })
+}
+
+// release frees the connection once t's part is settled; with a pipe, t leaves the line and the next member heads it.
+// Its view is closed first, so that its handler, done, cannot use the transaction after it.
+func (b *batch) release(t *memberTx) {
+	defer b.released()
+	t.closeView()
+	if b.pipe == nil {
+		b.conn.Unlock()
+		return
+	}
+	l := &b.line
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holder == t {
+		l.holder, l.busy = nil, false
+	}
+	l.order = slices.DeleteFunc(l.order, func(u *memberTx) bool { return u == t })
+	if l.failed == t {
+		l.failed = nil
+	}
+	l.next()
+}
