@@ -26,13 +26,13 @@ const (
 	shortTxBackoff = 5 * time.Millisecond
 )
 
-// ShortTxOptions pins the inbox's own transactions to READ COMMITTED whatever the database's or the connection's
+// shortTxOptions pins the inbox's own transactions to READ COMMITTED whatever the database's or the connection's
 // default isolation says. Every statement they run is a single compare-and-set or read written for READ
 // COMMITTED: a statement sees what committed before it started, and an insert that meets a conflicting row or an
 // update of a row changed since rechecks its condition on the newest version. Under REPEATABLE READ or
 // SERIALIZABLE the same statement fails with a serialization error instead whenever another holder changed the
 // row, which lease mode's racing copies do all the time.
-var ShortTxOptions = driver.TxOptions{ReadCommitted: true}
+var shortTxOptions = driver.TxOptions{ReadCommitted: true}
 
 // InShortTx runs fn in a short transaction of its own and commits it, running it again (up to five times in all)
 // when the database aborted it for a conflict with another transaction, and once more when its first statement
@@ -53,7 +53,7 @@ func InShortTx(ctx context.Context, pool driver.Pool, d Dialect, fn func(tx driv
 }
 
 func runShortTx(ctx context.Context, pool driver.Pool, fn func(tx driver.Tx) error) error {
-	tx, err := pool.Begin(ctx, ShortTxOptions)
+	tx, err := pool.Begin(ctx, shortTxOptions)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
