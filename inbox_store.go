@@ -228,7 +228,7 @@ func (s *store) savepoint(ctx context.Context, tx driver.Tx, step dialect.Savepo
 // are without batching.
 var _ batch.Store = (*store)(nil)
 
-// ClaimBatch is claimBatch: IDs of the batch claimed as applied, 'done'.
+// ClaimBatch claims a batch's IDs as applied, 'done' (claimBatch).
 func (s *store) ClaimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
 	return s.claimBatch(ctx, tx, consumer, ids)
 }
@@ -240,16 +240,18 @@ func (s *store) ReadFinished(ctx context.Context, tx driver.Tx, consumer string,
 	if !ok || err != nil {
 		return nil, ok, err
 	}
-	maps.DeleteFunc(rows, func(_ string, row dialect.StoredRow) bool { return row.State != stateDone && row.State != stateFailed })
+	maps.DeleteFunc(rows, func(_ string, row dialect.StoredRow) bool {
+		return row.State != stateDone && row.State != stateFailed
+	})
 	return rows, true, nil
 }
 
-// Holds is holds.
+// Holds reports whether a batch still has a member's claim (holds).
 func (s *store) Holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error) {
 	return s.holds(ctx, tx, consumer, id)
 }
 
-// Unclaim is unclaim.
+// Unclaim gives back a member's claim (unclaim).
 func (s *store) Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
 	return s.unclaim(ctx, tx, consumer, id)
 }
@@ -264,8 +266,8 @@ func (s *store) RollbackToSavepoint(ctx context.Context, tx driver.Tx) error {
 	return s.savepoint(ctx, tx, dialect.RollbackSavepoint)
 }
 
-// SaveProduced is saveProduced, whose produced messages the database refuses come back unusable: settle
-// dead-letters them.
+// SaveProduced stores a member's produced messages (saveProduced); ones the database refuses come back unusable,
+// which settle dead-letters.
 func (s *store) SaveProduced(ctx context.Context, tx driver.Tx, consumer, id string, raw []byte) error {
 	err := s.saveProduced(ctx, tx, consumer, id, raw)
 	if errors.Is(err, ErrProducedUnstorable) {

@@ -13,9 +13,9 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Savepoints of batch members whose first statements go in one pipeline (see inbox's batch.go), one name per seat
-// in the batch, so that a rollback reaches one member's. The names are few and fixed: in the statement cache,
-// each is prepared once per connection.
+// Savepoints of batch members whose first statements go in one pipeline (see the inbox's
+// internal/batch/pipeline.go), one name per seat in the batch, so that a rollback reaches one member's. The names
+// are few and fixed: in the statement cache, each is prepared once per connection.
 const memberSavepointPrefix = "inbox_member_"
 
 var memberSavepointSQL, memberRollbackSQL = func() (set, rollback [inbox.MaxBatchSize + 1]string) {
@@ -77,9 +77,9 @@ func (t *deferredTx) rollbackToSeat(ctx context.Context, seat int) error {
 
 // memberView is the pgx.Tx of a batch member's handler: a statement with arguments goes through first, which
 // pipelines it if it is the member's first; any other use calls take first, which gives the member the connection
-// to itself (see inbox's batch.go). Its Commit and Rollback refuse (driver.ErrTxShared): the batch's transaction
-// is the inbox's to end. It records the first error of its statements (Failed), for the batch to find a handler that
-// returned nil after a statement failed and left the transaction aborted.
+// to itself (see the inbox's internal/batch/pipeline.go). Its Commit and Rollback refuse (driver.ErrTxShared): the
+// batch's transaction is the inbox's to end. It records the first error of its statements (Failed), for the batch
+// to find a handler that returned nil after a statement failed and left the transaction aborted.
 type memberView struct {
 	tx    *deferredTx
 	first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error)
