@@ -25,7 +25,7 @@ func BenchmarkPartitionCreation(b *testing.B) {
 	ctx := context.Background()
 	db := openDB(b)
 	table, opts := partitioned(b, db)
-	ib, err := inbox.New(db, append(opts, inbox.WithConsumer("wallet-credits"))...)
+	ib, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer("wallet-credits"))...)
 	if err != nil {
 		b.Fatal(err)
 	}

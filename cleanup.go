@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -113,21 +112,13 @@ type CleanupResult struct {
 // cutoff (CleanupResult.Abandoned), logs them as an error, and leaves them to an operator (the CLI's stats and
 // forget commands).
 //
-// Cleanup reads the table, logger, observer and partition options and ignores the others. A cancelled ctx stops it between
-// or during batches; the batches already committed stay deleted.
-func Cleanup(ctx context.Context, db *sql.DB, p CleanupParams, opts ...Option) (CleanupResult, error) {
-	if db == nil {
-		return CleanupResult{}, fmt.Errorf("%w: Cleanup: db is nil", ErrInvalidOption)
+// Cleanup reads WithTable, WithLogger, WithObserver and WithPartitions. A cancelled ctx stops it between or during
+// batches; the batches already committed stay deleted.
+func (d *Database) Cleanup(ctx context.Context, p CleanupParams, opts ...MaintenanceOption) (CleanupResult, error) {
+	if err := d.check("Cleanup: "); err != nil {
+		return CleanupResult{}, err
 	}
-	return stdDatabase(db).Cleanup(ctx, p, opts...)
-}
-
-// Cleanup runs one cleanup round on d, as the package-level Cleanup does on a *sql.DB.
-func (d *Database) Cleanup(ctx context.Context, p CleanupParams, opts ...Option) (CleanupResult, error) {
-	if d == nil || d.pool == nil {
-		return CleanupResult{}, fmt.Errorf("%w: Cleanup: the database is nil", ErrInvalidOption)
-	}
-	c, err := newConfig(opts)
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return CleanupResult{}, err
 	}
@@ -467,21 +458,13 @@ type Cleaner struct {
 	watch *memoryWatch
 }
 
-// NewCleaner checks cfg and the options (the table, logger and observer ones are used) and returns a Cleaner over
-// db. It does not touch the database.
-func NewCleaner(db *sql.DB, cfg CleanerConfig, opts ...Option) (*Cleaner, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: NewCleaner: db is nil", ErrInvalidOption)
-	}
-	return stdDatabase(db).NewCleaner(cfg, opts...)
-}
-
-// NewCleaner returns a Cleaner over d, as the package-level NewCleaner does over a *sql.DB.
-func (d *Database) NewCleaner(cfg CleanerConfig, opts ...Option) (*Cleaner, error) {
+// NewCleaner checks cfg and the options (it reads WithTable, WithLogger, WithObserver and WithPartitions) and
+// returns a Cleaner over d. It does not touch the database.
+func (d *Database) NewCleaner(cfg CleanerConfig, opts ...MaintenanceOption) (*Cleaner, error) {
 	if err := d.check("NewCleaner: "); err != nil {
 		return nil, err
 	}
-	c, err := newConfig(opts)
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return nil, err
 	}

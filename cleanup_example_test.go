@@ -9,7 +9,7 @@ import (
 
 // An inbox with 25,000 rows older than the retention and 100 recent ones is cleaned in bounded batches; the
 // recent rows stay.
-func ExampleCleanup() {
+func ExampleDatabase_Cleanup() {
 	ctx := context.Background()
 	db, table, drop, err := exampleDB()
 	if err != nil {
@@ -17,7 +17,7 @@ func ExampleCleanup() {
 		return
 	}
 	defer drop()
-	if err := inbox.Migrate(ctx, db, inbox.WithTable(table)); err != nil {
+	if err := inbox.OnSQL(db).Migrate(ctx, inbox.WithTable(table)); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -36,7 +36,7 @@ func ExampleCleanup() {
 	// Each batch deletes at most BatchSize rows: the cleanup walks the pages that hold expired rows in windows of
 	// about a batch each, so how many rows a batch finds depends on how the rows lie in the pages.
 	var largest int64
-	res, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{
+	res, err := inbox.OnSQL(db).Cleanup(ctx, inbox.CleanupParams{
 		Retention: inbox.DefaultRetention, // 14 days
 		BatchSize: inbox.DefaultCleanupBatch,
 		Progress:  func(p inbox.CleanupProgress) { largest = max(largest, p.Deleted) },

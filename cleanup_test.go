@@ -85,7 +85,7 @@ func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T
 
 	obs := &cleanedObserver{}
 	var batches []int64
-	res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{
+	res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{
 		Retention: inbox.DefaultRetention,
 		Progress:  func(p inbox.CleanupProgress) { batches = append(batches, p.Deleted) },
 	}, inbox.WithTable(b.table), inbox.WithObserver(obs), inbox.WithLogger(b.logs))
@@ -115,7 +115,7 @@ func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T
 	require.Equal(t, int64(25_000), finished[0].fields["deleted"])
 	require.Equal(t, b.table, finished[0].fields["table"])
 
-	again, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	again, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.Zero(t, again.Deleted)
 	require.Equal(t, 2, again.Batches, "one statement finds that no page holds an expired row, one that no row is left")
@@ -133,7 +133,7 @@ func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
 				b.insertAged(t, consumer, "new-"+state, state, 3, 13*24*time.Hour, 1)
 			}
 		}
-		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 7}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 7}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.EqualValues(t, 3*3*30, res.Deleted)
 		for _, consumer := range []string{"wallet-credits", "payments", "ledger"} {
@@ -153,7 +153,7 @@ func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
 		require.NoError(t, err)
 		b.insertAged(t, "payments", "old", "done", 10, 20*24*time.Hour, 1)
 
-		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithLogger(b.logs))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithLogger(b.logs))
 		require.NoError(t, err)
 		require.EqualValues(t, 10, res.Deleted)
 		require.EqualValues(t, 1, res.Abandoned, "only the lease that ran out before the cutoff is abandoned")
@@ -193,7 +193,7 @@ func TestCleanup_WhileConsumersClaimLosesAndDuplicatesNothing(t *testing.T) {
 	cleanupDone := make(chan inbox.CleanupResult, 1)
 	cleanupErr := make(chan error, 1)
 	go func() {
-		res, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100}, inbox.WithTable(b.table))
 		cleanupDone <- res
 		cleanupErr <- err
 	}()
@@ -266,21 +266,21 @@ func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
 	first := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
+		_, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
 			once.Do(func() { close(inFirstBatch); <-gate })
 		}}, inbox.WithTable(b.table))
 		first <- err
 	}()
 	<-inFirstBatch
 
-	second, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	second, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.True(t, second.Skipped, "the lock is held by the first cleanup")
 	require.Zero(t, second.Deleted)
 
 	release()
 	require.NoError(t, <-first)
-	third, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	third, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.False(t, third.Skipped, "the first cleanup released the lock when it finished")
 	require.Zero(t, b.rows(t, "wallet-credits"))
@@ -295,7 +295,7 @@ func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
 		b.insertAged(t, "wallet-credits", "old", "done", 10, thirtyDays, 1)
 		_, err := b.db.Exec(`INSERT INTO ` + b.table + `_locks VALUES ('cleanup', gen_random_uuid(), now() + interval '1 minute')`)
 		require.NoError(t, err)
-		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.True(t, res.Skipped)
 		require.Equal(t, 10, b.rows(t, "wallet-credits"))
@@ -307,7 +307,7 @@ func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
 		b.insertAged(t, "wallet-credits", "old", "done", 10, thirtyDays, 1)
 		_, err := b.db.Exec(`INSERT INTO ` + b.table + `_locks VALUES ('cleanup', gen_random_uuid(), now() - interval '1 second')`)
 		require.NoError(t, err)
-		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.False(t, res.Skipped)
 		require.EqualValues(t, 10, res.Deleted)
@@ -321,7 +321,7 @@ func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
 		b := newBundle(t)
 		b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
 		var once sync.Once
-		_, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
+		_, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
 			once.Do(func() { // another instance took the lock over, as after this one stalled past its hold
 				_, err := b.db.Exec(`UPDATE ` + b.table + `_locks SET holder = gen_random_uuid()`)
 				require.NoError(t, err)
@@ -340,12 +340,12 @@ func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
 	b := newBundle(t)
 	b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{BatchSize: 100, Pause: time.Hour,
+	_, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100, Pause: time.Hour,
 		Progress: func(inbox.CleanupProgress) { cancel() }}, inbox.WithTable(b.table))
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, 200, b.rows(t, "wallet-credits"), "the committed batch stays deleted")
 
-	res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
 	require.EqualValues(t, 200, res.Deleted)
@@ -354,7 +354,7 @@ func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
 func TestCleanup_ReportsAMissingTableAsSuch(t *testing.T) {
 	t.Parallel()
 	db := openDB(t)
-	_, err := inbox.Cleanup(context.Background(), db, inbox.CleanupParams{}, inbox.WithTable(uniqueName("inbox_test_missing")))
+	_, err := inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(uniqueName("inbox_test_missing")))
 	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }
 
@@ -368,11 +368,11 @@ func TestCleanup_RejectsInvalidParams(t *testing.T) {
 		"NegativePause":     {Pause: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := inbox.Cleanup(context.Background(), db, p)
+			_, err := inbox.OnSQL(db).Cleanup(context.Background(), p)
 			require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		})
 	}
-	_, err := inbox.Cleanup(context.Background(), nil, inbox.CleanupParams{})
+	_, err := inbox.OnSQL(nil).Cleanup(context.Background(), inbox.CleanupParams{})
 	require.ErrorIs(t, err, inbox.ErrInvalidOption)
 }
 
@@ -384,7 +384,7 @@ func TestCleaner(t *testing.T) {
 		b := newBundle(t)
 		b.insertAged(t, "wallet-credits", "old", "done", 50, thirtyDays, 1)
 		obs := &cleanedObserver{}
-		cl, err := inbox.NewCleaner(b.db, inbox.CleanerConfig{}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+		cl, err := inbox.OnSQL(b.db).NewCleaner(inbox.CleanerConfig{}, inbox.WithTable(b.table), inbox.WithObserver(obs))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -405,7 +405,7 @@ func TestCleaner(t *testing.T) {
 		b.insertAged(t, "wallet-credits", "week", "done", 10, 8*24*time.Hour, 1)
 		b.insertAged(t, "wallet-credits", "day", "done", 10, 24*time.Hour, 1)
 		b.insertAged(t, "new-consumer", "hour", "done", 10, time.Hour, 1)
-		cl, err := inbox.NewCleaner(b.db, inbox.CleanerConfig{Window: 7 * 24 * time.Hour},
+		cl, err := inbox.OnSQL(b.db).NewCleaner(inbox.CleanerConfig{Window: 7 * 24 * time.Hour},
 			inbox.WithTable(b.table), inbox.WithLogger(b.logs))
 		require.NoError(t, err)
 		ctx := context.Background()
@@ -419,7 +419,7 @@ func TestCleaner(t *testing.T) {
 		require.Equal(t, "new-consumer", young[0].fields["consumer"])
 
 		// Someone cleans with a 2-day window, behind the Cleaner's back.
-		_, err = inbox.Cleanup(ctx, b.db, inbox.CleanupParams{Retention: 2 * 24 * time.Hour}, inbox.WithTable(b.table))
+		_, err = inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 2 * 24 * time.Hour}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		_, err = cl.Round(ctx)
 		require.NoError(t, err)
@@ -434,13 +434,13 @@ func TestCleaner(t *testing.T) {
 	t.Run("RejectsAWindowTheRetentionDoesNotExceed", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		_, err := inbox.NewCleaner(db, inbox.CleanerConfig{Window: inbox.DefaultRetention})
+		_, err := inbox.OnSQL(db).NewCleaner(inbox.CleanerConfig{Window: inbox.DefaultRetention})
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
-		_, err = inbox.NewCleaner(db, inbox.CleanerConfig{CleanupParams: inbox.CleanupParams{Retention: 7 * 24 * time.Hour},
+		_, err = inbox.OnSQL(db).NewCleaner(inbox.CleanerConfig{CleanupParams: inbox.CleanupParams{Retention: 7 * 24 * time.Hour},
 			Window: 31 * 24 * time.Hour})
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		require.ErrorContains(t, err, "would forget")
-		_, err = inbox.NewCleaner(db, inbox.CleanerConfig{Interval: time.Millisecond})
+		_, err = inbox.OnSQL(db).NewCleaner(inbox.CleanerConfig{Interval: time.Millisecond})
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 	})
 }
@@ -459,7 +459,7 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	ms, err := inbox.Remembers(ctx, b.db, inbox.WithTable(b.table))
+	ms, err := inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.Len(t, ms, 3, "every registered consumer, in order of name")
 	require.Equal(t, "only-processing", ms[0].Consumer)
@@ -473,10 +473,10 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 
 	// A cleanup with one day of retention cuts wallet-credits' memory to that day, and leaves the consumers that
 	// are younger than the day as they were.
-	res, err := inbox.Cleanup(ctx, b.db, inbox.CleanupParams{Retention: 24 * time.Hour}, inbox.WithTable(b.table))
+	res, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 24 * time.Hour}, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.EqualValues(t, 5, res.Deleted)
-	ms, err = inbox.Remembers(ctx, b.db, inbox.WithTable(b.table))
+	ms, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.Len(t, ms, 3)
 	require.InDelta(t, time.Hour.Seconds(), ms[0].Age.Seconds(), 60)
@@ -485,6 +485,6 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 	require.InDelta(t, (24 * time.Hour).Seconds(), ms[2].Age.Seconds(), 120, "since the cutoff of the cleanup")
 	require.False(t, ms[2].Covers(48*time.Hour))
 
-	_, err = inbox.Remembers(ctx, b.db, inbox.WithTable(uniqueName("inbox_test_missing")))
+	_, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(uniqueName("inbox_test_missing")))
 	require.True(t, errors.Is(err, inbox.ErrSchemaMissing))
 }

@@ -11,12 +11,14 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Database is the database an inbox keeps its tables in, reached through a driver adapter. The package-level
-// functions that take a *sql.DB (New, Middleware, Migrate, Cleanup, NewCleaner, ReadStats, Forget, Remembers) are
-// its methods over database/sql; other client libraries reach the same methods through their adapter, such as the
-// pgxinbox module's for pgx v5:
+// Database is the database an inbox keeps its tables in, reached through a driver adapter, and the one way to run
+// the inbox's maintenance calls: Migrate, Migrations, Cleanup, NewCleaner, ReadStats, Forget and Remembers. Get it
+// with OnSQL for PostgreSQL over database/sql, pgxinbox.Database for pgx v5, mysqlinbox.Database for MySQL and
+// MariaDB, or On and OnDialect for an adapter of your own; each call then reads the same:
 //
-//	ib, err := inbox.On(driver.StdSQL(db)).New(opts...) // the same as inbox.New(db, opts...)
+//	err := inbox.OnSQL(db).Migrate(ctx, inbox.WithTable("billing_inbox"))
+//
+// Its New builds an Inbox as the package-level New does.
 type Database struct {
 	dialect dialect.Dialect
 	pool    driver.Pool
@@ -29,7 +31,7 @@ type Database struct {
 
 // On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
 // transaction that the inbox joins instead of beginning its own (see WithSubscriberTx): SQLv3Joiner for
-// watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. On joins only those it is given; the package-level functions
+// watermill-sql v3's, pgxinbox.SQLv4Joiner for v4's. On joins only those it is given; OnSQL, New and Middleware
 // join v3's.
 func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
 	return OnDialect(postgres.Dialect(), pool, joiners...)
@@ -42,10 +44,10 @@ func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *D
 	return &Database{dialect: d, pool: pool, joiners: joiners}
 }
 
-// stdDatabase is the Database of the package-level functions: PostgreSQL over database/sql, joining watermill-sql
-// v3's subscriber transaction. v4's is joined only through pgxinbox.SQLv4Joiner: its package compiles pgx into
-// every program that imports it.
-func stdDatabase(db *sql.DB) *Database { return On(driver.StdSQL(db), SQLv3Joiner()) }
+// OnSQL returns the PostgreSQL Database that db reaches through database/sql (lib/pq, or pgx's stdlib driver),
+// joining watermill-sql v3's subscriber transaction as New and Middleware do. v4's is joined only through
+// pgxinbox.SQLv4Joiner: its package compiles pgx into every program that imports it.
+func OnSQL(db *sql.DB) *Database { return On(driver.StdSQL(db), SQLv3Joiner()) }
 
 // joined returns the subscriber transaction in ctx that the inbox should join, if any.
 func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {

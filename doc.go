@@ -1,7 +1,9 @@
 // Package inbox gives Watermill consumers exactly-once effects on top of at-least-once delivery: the
-// transactional inbox, or idempotent consumer, on PostgreSQL. The package-level functions take a *sql.DB; the
-// pgxinbox module runs the same inbox over pgx v5, and the mysqlinbox module over MariaDB, each through On or
-// OnDialect and the driver and dialect packages.
+// transactional inbox, or idempotent consumer, on PostgreSQL. New and Middleware take a *sql.DB; the pgxinbox
+// module runs the same inbox over pgx v5, and the mysqlinbox module over MariaDB, each through On or OnDialect and
+// the driver and dialect packages. The maintenance calls (Migrate, Cleanup, ReadStats, Forget and the rest) are
+// methods of a Database, the same on every one: inbox.OnSQL(db).Migrate(ctx), pgxinbox.Database(pool).Migrate(ctx),
+// mysqlinbox.Database(db).Migrate(ctx).
 //
 // Every broker redelivers: after a crash between the side effect and the acknowledgement, after a rebalance that
 // hands a partition to another consumer while the old one is still writing, when a producer or an outbox relay

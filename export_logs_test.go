@@ -4,4 +4,6 @@ import "io"
 
 // WithDefaultLogOutput points the default logger (the one an Inbox gets without WithLogger) at w instead of standard
 // error, so that tests can read what an operator would see there.
-func WithDefaultLogOutput(w io.Writer) Option { return func(c *config) { c.logOutput = w } }
+func WithDefaultLogOutput(w io.Writer) SharedOption {
+	return sharedOption(func(c *config) { c.logOutput = w })
+}

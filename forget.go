@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -46,21 +45,13 @@ type ForgottenRow struct {
 // Forget removes the inbox row of one message, so that its next copy is applied again: for a message whose effect
 // was rolled back by hand, or a 'failed' lease-mode message to be retried after a fix. It logs what it removed.
 // It returns ErrNotFound when there is no such row, and ErrLeaseHeld for a live lease unless p.Force is set.
-// Forget reads the table and logger options.
-func Forget(ctx context.Context, db *sql.DB, p ForgetParams, opts ...Option) (ForgottenRow, error) {
-	if db == nil {
-		return ForgottenRow{}, fmt.Errorf("%w: Forget: db is nil", ErrInvalidOption)
-	}
-	return stdDatabase(db).Forget(ctx, p, opts...)
-}
-
-// Forget does on d what the package-level Forget does on a *sql.DB.
-func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Option) (ForgottenRow, error) {
-	if d == nil || d.pool == nil {
-		return ForgottenRow{}, fmt.Errorf("%w: Forget: the database is nil", ErrInvalidOption)
+// It reads WithTable and WithLogger.
+func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...MaintenanceOption) (ForgottenRow, error) {
+	if err := d.check("Forget: "); err != nil {
+		return ForgottenRow{}, err
 	}
 	pool := d.pool
-	c, err := newConfig(opts)
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return ForgottenRow{}, err
 	}

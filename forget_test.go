@@ -20,7 +20,7 @@ func TestForget(t *testing.T) {
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
 
-		row, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"},
+		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"},
 			inbox.WithTable(b.table), inbox.WithLogger(b.logs))
 		require.NoError(t, err)
 		require.Equal(t, "done", row.State)
@@ -38,7 +38,7 @@ func TestForget(t *testing.T) {
 	t.Run("ReportsAMissingRowAsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		_, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.table))
+		_, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.table))
 		require.ErrorIs(t, err, inbox.ErrNotFound)
 	})
 
@@ -51,9 +51,9 @@ func TestForget(t *testing.T) {
 				table + `_migrations, ` + table + `_consumers CASCADE`)
 			_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
 		})
-		opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
-		require.NoError(t, inbox.Migrate(context.Background(), db, opts...))
-		_, err := inbox.Forget(context.Background(), db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)
+		opts := []inbox.MaintenanceOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
+		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), opts...))
+		_, err := inbox.OnSQL(db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)
 		require.ErrorIs(t, err, inbox.ErrNotFound)
 	})
 
@@ -63,11 +63,11 @@ func TestForget(t *testing.T) {
 		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, locked_until)
 			VALUES ($1, 'evt-1', 'p', 1, now() + interval '1 hour')`, b.consumerAged(t, "payments", 0))
 		require.NoError(t, err)
-		_, err = inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "payments", ID: "evt-1"}, inbox.WithTable(b.table))
+		_, err = inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "payments", ID: "evt-1"}, inbox.WithTable(b.table))
 		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
 		require.Equal(t, 1, b.rows(t, "payments"))
 
-		row, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "payments", ID: "evt-1", Force: true}, inbox.WithTable(b.table))
+		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "payments", ID: "evt-1", Force: true}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.Equal(t, "processing", row.State)
 		require.Equal(t, 1, row.Attempts)
@@ -77,7 +77,7 @@ func TestForget(t *testing.T) {
 	t.Run("RejectsAnEmptyConsumerOrID", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		_, err := inbox.Forget(context.Background(), db, inbox.ForgetParams{ID: "evt-1"})
+		_, err := inbox.OnSQL(db).Forget(context.Background(), inbox.ForgetParams{ID: "evt-1"})
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 	})
 }
@@ -94,7 +94,7 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 	require.NoError(t, err)
 	b.consumerAged(t, "audit", 5*time.Hour)
 
-	st, err := inbox.ReadStats(context.Background(), b.db, inbox.WithTable(b.table))
+	st, err := inbox.OnSQL(b.db).ReadStats(context.Background(), inbox.WithTable(b.table))
 	require.NoError(t, err)
 	require.Equal(t, b.table, st.Table)
 	require.Positive(t, st.TableBytes)
@@ -121,6 +121,6 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 	require.EqualValues(t, 20, w.Done)
 	require.InDelta(t, (48 * time.Hour).Seconds(), w.Age.Seconds(), 60)
 
-	_, err = inbox.ReadStats(context.Background(), b.db, inbox.WithTable(uniqueName("inbox_test_missing")))
+	_, err = inbox.OnSQL(b.db).ReadStats(context.Background(), inbox.WithTable(uniqueName("inbox_test_missing")))
 	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }

@@ -22,7 +22,7 @@ func uuidBundle(t *testing.T) *testBundle {
 	_, err := b.db.Exec(`DROP TABLE ` + b.table + `, ` + b.table + `_produced, ` + b.table + `_migrations, ` +
 		b.table + `_consumers, ` + b.table + `_locks CASCADE`) // CASCADE: the view goes with the table
 	require.NoError(t, err)
-	require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table), inbox.WithIDType(inbox.IDTypeUUID)))
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table), inbox.WithIDType(inbox.IDTypeUUID)))
 	return b
 }
 
@@ -37,7 +37,7 @@ func TestIDTypeUUID(t *testing.T) {
 			WHERE table_name = $1 AND column_name = 'message_id'`, b.table).Scan(&dataType))
 		require.Equal(t, "uuid", dataType)
 
-		ms, err := inbox.Migrations(inbox.WithIDType(inbox.IDTypeUUID))
+		ms, err := inbox.OnSQL(nil).Migrations(inbox.WithIDType(inbox.IDTypeUUID))
 		require.NoError(t, err)
 		require.True(t, strings.Contains(ms[0].Up, "message_id   uuid"), "the SQL for users' own tools says uuid too")
 	})

@@ -34,10 +34,11 @@ func New(db *sql.DB, opts ...Option) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidOption)
 	}
-	return stdDatabase(db).New(opts...)
+	return OnSQL(db).New(opts...)
 }
 
-// New checks the options and returns an Inbox over d, as the package-level New does over a *sql.DB.
+// New checks the options and returns an Inbox over d, as the package-level New does over a *sql.DB, which is
+// OnSQL(db).New.
 func (d *Database) New(opts ...Option) (*Inbox, error) {
 	if err := d.check(""); err != nil {
 		return nil, err

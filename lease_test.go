@@ -380,7 +380,7 @@ func TestLease_HandlerErrors(t *testing.T) {
 		ib, b := setup(t, inbox.WithLease(time.Hour))
 		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			// An operator forces the row away while the handler runs, so the release finds nothing to release.
-			_, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1", Force: true},
+			_, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1", Force: true},
 				inbox.WithTable(b.table))
 			require.NoError(t, err)
 			return nil, errors.New("card declined")

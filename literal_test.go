@@ -94,7 +94,7 @@ func TestLibpq_ANonUUIDOnAUUIDTableIsAnInvalidID(t *testing.T) {
 	b := newBundle(t)
 	table := b.table + "_u"
 	ctx := context.Background()
-	require.NoError(t, inbox.Migrate(ctx, b.db, inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)))
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(ctx, inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)))
 	t.Cleanup(func() { dropInboxTables(b.db, table) })
 	ib, err := inbox.New(b.db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"),
 		inbox.WithIDType(inbox.IDTypeUUID), inbox.WithRejectDelay(time.Millisecond))
@@ -121,7 +121,7 @@ func TestLibpq_ANonUUIDOnAUUIDTableIsAnInvalidID(t *testing.T) {
 func TestLibpq_LeaseModeOnAUUIDTable(t *testing.T) {
 	b := newBundle(t)
 	table := b.table + "_l"
-	require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)))
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)))
 	t.Cleanup(func() { dropInboxTables(b.db, table) })
 	ib, err := inbox.New(b.db, inbox.WithTable(table), inbox.WithConsumer("payments"), inbox.WithIDType(inbox.IDTypeUUID),
 		inbox.WithLease(time.Minute))

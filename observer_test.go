@@ -342,7 +342,7 @@ func TestObserver_CleanupReportsTheRowsOfEachConsumer(t *testing.T) {
 	_, b := setup(t)
 	b.insertAged(t, "billing", "billing", "done", 3, thirtyDays, 1)
 	b.insertAged(t, "shipping", "shipping", "done", 5, thirtyDays, 1)
-	_, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+	_, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.table), inbox.WithObserver(obs))
 	require.NoError(t, err)
 
 	perConsumer := map[string]int64{}

@@ -56,8 +56,35 @@ const (
 	IDTypeUUID IDType = "uuid"
 )
 
-// Option configures an Inbox. Options are checked together by New (or Middleware, or Migrate), once.
-type Option func(*config)
+// Option configures an Inbox: New and Middleware take it (and Database.New, and the pgxinbox and mysqlinbox
+// modules' New and Middleware). The options are checked together, once, when the Inbox is built: a conflict
+// between two of them is an error wrapping ErrInvalidOption there, never a surprise per message.
+type Option interface{ applyInbox(*config) }
+
+// MaintenanceOption configures a maintenance call of a Database: Migrate, Migrations, Cleanup, NewCleaner,
+// ReadStats, Forget and Remembers. Only the options that say which table and of what shape, and where the call
+// reports, are maintenance options (see SharedOption): one that shapes the middleware only, such as WithBatch,
+// does not compile there. Each call checks its options together, before it touches the database.
+type MaintenanceOption interface{ applyMaintenance(*config) }
+
+// SharedOption is an option that both an Inbox and the maintenance calls take: WithTable, WithIDType,
+// WithPartitions, WithLogger and WithObserver. Give the maintenance calls the same table and shape options as the
+// middleware, so that they work on the table it uses.
+type SharedOption interface {
+	Option
+	MaintenanceOption
+}
+
+// inboxOption is an Option that only an Inbox takes.
+type inboxOption func(*config)
+
+func (o inboxOption) applyInbox(c *config) { o(c) }
+
+// sharedOption is an Option and a MaintenanceOption alike.
+type sharedOption func(*config)
+
+func (o sharedOption) applyInbox(c *config)       { o(c) }
+func (o sharedOption) applyMaintenance(c *config) { o(c) }
 
 type config struct {
 	consumer     string
@@ -101,7 +128,7 @@ type config struct {
 // checked the same way, per message: a message whose handler has no usable name is nacked after the reject delay
 // with an error wrapping ErrInvalidOption, and never dead-lettered.
 func WithConsumer(name string) Option {
-	return func(c *config) { c.consumer, c.consumerSet = name, true }
+	return inboxOption(func(c *config) { c.consumer, c.consumerSet = name, true })
 }
 
 // MaxBatchSize is the most messages WithBatch lets share one transaction. Each runs in a savepoint, a
@@ -142,11 +169,14 @@ const DefaultBatchConcurrency = 1
 // of its batch, and after a bound the batches after it go on (see DefaultBatchConcurrency). A duplicate ends as
 // without batching, acked with the messages its first application produced; on PostgreSQL, MySQL and MariaDB the
 // batch's claim and one statement in its transaction end every duplicate of the batch, with no transaction of its
-// own. A message joined to watermill-sql's subscriber transaction (WithSubscriberTx, on by default) runs in that
-// transaction, as without batching: the subscriber commits it, so it cannot share a batch's. Lease mode refuses
-// this option.
+// own.
+//
+// A message joined to watermill-sql's subscriber transaction (WithSubscriberTx, on by default) never shares a
+// batch: it runs alone in that transaction, as without batching, since the subscriber commits it; only the
+// messages that carry no subscriber's transaction are batched. Lease mode refuses this option, and so does
+// WithClaimAtCommit; WithBatchConcurrency needs it. New and Middleware take it, no maintenance call does.
 func WithBatch(maxWait time.Duration, maxSize int) Option {
-	return func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true }
+	return inboxOption(func(c *config) { c.batchWait, c.batchSize, c.batchSet = maxWait, maxSize, true })
 }
 
 // WithClaimAtCommit sends the claim after the handler, in one round trip with COMMIT, instead of before it: on pgx v5
@@ -165,7 +195,7 @@ func WithBatch(maxWait time.Duration, maxSize int) Option {
 // copies are rare. It applies to the transactions the inbox begins and commits; a message joined to watermill-sql's
 // subscriber transaction is claimed first as usual. New refuses it with lease mode and batch mode, and on a pool
 // that cannot send a statement with COMMIT (database/sql's drivers, where it would save nothing).
-func WithClaimAtCommit() Option { return func(c *config) { c.claimAtCommit = true } }
+func WithClaimAtCommit() Option { return inboxOption(func(c *config) { c.claimAtCommit = true }) }
 
 // WithBatchConcurrency lets the handlers of n batches of one consumer use their transactions at once instead of
 // DefaultBatchConcurrency (1). Raise it when handlers write rows that concurrent messages rarely share: more
@@ -176,36 +206,38 @@ func WithClaimAtCommit() Option { return func(c *config) { c.claimAtCommit = tru
 // for what handlers take from the pool outside their transaction; on any other pool, give it n+9 or more. It needs
 // WithBatch: without it, New refuses it.
 func WithBatchConcurrency(n int) Option {
-	return func(c *config) { c.batchRunning, c.batchRunningSet = n, true }
+	return inboxOption(func(c *config) { c.batchRunning, c.batchRunningSet = n, true })
 }
 
 // WithIDMetadataKey reads the event ID from this metadata key instead of DefaultIDMetadataKey ("event_id").
-func WithIDMetadataKey(key string) Option { return func(c *config) { c.idKey = key } }
+func WithIDMetadataKey(key string) Option { return inboxOption(func(c *config) { c.idKey = key }) }
 
 // WithMessageUUIDAsID uses Watermill's message UUID as the event ID instead of a metadata key. Use it only when the
 // producer sets the UUID itself and keeps it across retries and relays: a UUID that watermill generates on each
 // publish deduplicates nothing.
-func WithMessageUUIDAsID() Option { return func(c *config) { c.useUUID = true } }
+func WithMessageUUIDAsID() Option { return inboxOption(func(c *config) { c.useUUID = true }) }
 
 // WithTable stores the inbox in this table instead of DefaultTable ("watermill_inbox"). The name must be a plain
 // lower-case identifier of at most 48 characters (letters, digits, underscores; not starting with a digit); use
-// the connection's search_path to place it in another schema.
-func WithTable(name string) Option { return func(c *config) { c.table = name } }
+// the connection's search_path to place it in another schema. New, Middleware and every maintenance call take it:
+// give them all the same name.
+func WithTable(name string) SharedOption { return sharedOption(func(c *config) { c.table = name }) }
 
 // WithDeadLetter publishes messages that cannot be applied (no event ID, an invalid one) to topic, with the reason
 // in Watermill's poison-queue metadata keys, and then acks them. Without it such messages are nacked after the
 // reject delay and logged at error, so they are kept but block their partition until a dead-letter publisher is
 // configured; the first such message of an Inbox also logs, once, that this option is missing.
 func WithDeadLetter(pub message.Publisher, topic string) Option {
-	return func(c *config) { c.dlqPublisher, c.dlqTopic, c.dlqSet = pub, topic, true }
+	return inboxOption(func(c *config) { c.dlqPublisher, c.dlqTopic, c.dlqSet = pub, topic, true })
 }
 
 // WithLogger logs through l instead of the default logger, which writes errors, and only errors, to standard
 // error: those that hold messages back (a message without a usable event ID, a schema the inbox cannot use, a
 // failed commit) and those of the cleanup and the retention alarm. Give l to see the inbox's debug and info lines
 // too (skipped duplicates, migrations, lease takeovers); give watermill.NopLogger{}, or nil, to discard everything.
-func WithLogger(l watermill.LoggerAdapter) Option {
-	return func(c *config) { c.logger, c.loggerSet = l, true }
+// New and Middleware take it, and so do Migrate, Cleanup, NewCleaner and Forget, which log what they did.
+func WithLogger(l watermill.LoggerAdapter) SharedOption {
+	return sharedOption(func(c *config) { c.logger, c.loggerSet = l, true })
 }
 
 // defaultLogger is the logger of an inbox built without WithLogger: errors only, as text, to out. An inbox that
@@ -216,12 +248,14 @@ func defaultLogger(out io.Writer) watermill.LoggerAdapter {
 
 // WithMaxIDLength accepts event IDs of up to n bytes instead of DefaultMaxIDLength (255). n must be between 1 and
 // 2000; PostgreSQL cannot index a key much longer than that.
-func WithMaxIDLength(n int) Option { return func(c *config) { c.maxIDLength = n } }
+func WithMaxIDLength(n int) Option { return inboxOption(func(c *config) { c.maxIDLength = n }) }
 
 // WithRejectDelay waits d before nacking an unusable message when no dead-letter publisher is configured, instead
 // of DefaultRejectDelay (30 s). It keeps a poison message from spinning in a hot redelivery loop. d must be
 // positive; the wait ends early when the message's context is cancelled.
-func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.rejectDelay = d } }
+func WithRejectDelay(d time.Duration) Option {
+	return inboxOption(func(c *config) { c.rejectDelay = d })
+}
 
 // WithSubscriberTx decides whether the inbox joins the transaction of watermill-sql's subscriber when the message
 // carries one (the default, true), through the Database's joiners (SQLv3Joiner for v3, which New and Middleware
@@ -231,8 +265,15 @@ func WithRejectDelay(d time.Duration) Option { return func(c *config) { c.reject
 // transaction, when the transaction is on another database than the inbox's, and when it is of another client
 // library's than the inbox's (watermill-sql v4 over pgx under an inbox over database/sql), whose handlers could not
 // reach it.
+//
+// A joined message never shares a batch (WithBatch): the subscriber commits its transaction, so the inbox cannot
+// commit it with others. In batch mode a message that carries a subscriber's transaction is applied alone in that
+// transaction, as without batching, and only the messages that carry none are batched; to batch every message
+// of watermill-sql's subscriber, turn this option off: the subscriber then commits its offsets apart from the
+// inbox's rows, which still apply each message once. Lease mode (WithLease) never joins: it commits its claim
+// before the handler runs.
 func WithSubscriberTx(join bool) Option {
-	return func(c *config) { c.subscriberTx, c.subscriberTxSet = join, true }
+	return inboxOption(func(c *config) { c.subscriberTx, c.subscriberTxSet = join, true })
 }
 
 // WithIDType creates the message_id column of a new inbox table as t instead of IDTypeText, in Migrate and when
@@ -241,8 +282,11 @@ func WithSubscriberTx(join bool) Option {
 // stores each ID in that column's form (a UUID as lower-case canonical text, however it was spelled; an ID that is
 // not a UUID is refused like any invalid ID). Given to New or Middleware, t must match the existing table: a
 // mismatch is reported per message as an error wrapping ErrInvalidOption, and the message nacked after the reject
-// delay.
-func WithIDType(t IDType) Option { return func(c *config) { c.idType, c.idTypeSet = t, true } }
+// delay. Migrate and Migrations read it; the other maintenance calls take it so that one list of options serves
+// them all, and check only that WithPartitions has it.
+func WithIDType(t IDType) SharedOption {
+	return sharedOption(func(c *config) { c.idType, c.idTypeSet = t, true })
+}
 
 // WithAutoMigrate decides whether the middleware creates or upgrades the inbox's tables itself (the default, true).
 // Before its first message it checks the schema; when the inbox table is missing, or lacks only what a newer version
@@ -250,7 +294,7 @@ func WithIDType(t IDType) Option { return func(c *config) { c.idType, c.idTypeSe
 // instances may start at once. Turn it off when migrations are applied by other means: a missing table is then an
 // error wrapping ErrSchemaMissing, and each message is nacked after the reject delay until the table exists, never
 // dead-lettered. Either way, tables of another shape are reported as ErrSchemaDrift and left as they are.
-func WithAutoMigrate(on bool) Option { return func(c *config) { c.autoMigrate = on } }
+func WithAutoMigrate(on bool) Option { return inboxOption(func(c *config) { c.autoMigrate = on }) }
 
 // WithLease switches the middleware to lease mode, for side effects outside the database such as a payment call.
 // Instead of one transaction around the handler, a short transaction of its own records the message as
@@ -260,25 +304,35 @@ func WithAutoMigrate(on bool) Option { return func(c *config) { c.autoMigrate = 
 // the next copy takes over. Choose d longer
 // than the handler's slowest call, or extend it from the handler with Lease.Extend. d must be between 10 ms and
 // 24 hours. TxFromContext reports no transaction in this mode.
-func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
+func WithLease(d time.Duration) Option { return inboxOption(func(c *config) { c.lease = d }) }
 
 // WithMaxAttempts runs a lease-mode handler at most n times for one message instead of DefaultMaxAttempts (5),
 // then dead-letters it with its attempts and last error and marks the row 'failed', so later copies are acked
 // without running. n must be at least 1, and the option needs WithLease.
 func WithMaxAttempts(n int) Option {
-	return func(c *config) { c.maxAttempts, c.maxAttemptsSet = n, true }
+	return inboxOption(func(c *config) { c.maxAttempts, c.maxAttemptsSet = n, true })
 }
 
 // WithObserver reports what the inbox does to o, for metrics and tracing, instead of to NopObserver: claims and
 // their outcome, commits with their duration, skipped duplicates, dead letters, nacks without a dead-letter topic,
-// lease takeovers and lost leases, cleaned rows. See Observer.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+// lease takeovers and lost leases, cleaned rows. See Observer. New and Middleware take it, and so do Cleanup and
+// NewCleaner, which report the rows they delete (RowsCleaned).
+func WithObserver(o Observer) SharedOption { return sharedOption(func(c *config) { c.observer = o }) }
 
 // tableNamePattern admits only names that mean the same quoted or unquoted, so the shipped SQL files and the
 // queries agree on the table whatever tool applies them.
 var tableNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
-func newConfig(opts []Option) (config, error) {
+// newConfig checks the options of an Inbox together and fills in the defaults.
+func newConfig(opts []Option) (config, error) { return buildConfig(opts, Option.applyInbox) }
+
+// newMaintenanceConfig does for a maintenance call what newConfig does for an Inbox: the options it cannot take
+// keep their defaults, so the checks of the middleware's options find nothing to refuse.
+func newMaintenanceConfig(opts []MaintenanceOption) (config, error) {
+	return buildConfig(opts, MaintenanceOption.applyMaintenance)
+}
+
+func buildConfig[O any](opts []O, apply func(O, *config)) (config, error) {
 	c := config{
 		idKey:        DefaultIDMetadataKey,
 		table:        DefaultTable,
@@ -291,10 +345,10 @@ func newConfig(opts []Option) (config, error) {
 		batchRunning: DefaultBatchConcurrency,
 	}
 	for n, opt := range opts {
-		if opt == nil {
+		if any(opt) == nil {
 			return c, fmt.Errorf("%w: option %d of %d is nil", ErrInvalidOption, n+1, len(opts))
 		}
-		opt(&c)
+		apply(opt, &c)
 	}
 	switch {
 	case !c.loggerSet:

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -33,8 +34,6 @@ func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var err error
 			require.NotPanics(t, func() { _, err = inbox.New(db, opts...) })
-			require.ErrorIs(t, err, inbox.ErrInvalidOption)
-			require.NotPanics(t, func() { err = inbox.Migrate(context.Background(), db, opts...) })
 			require.ErrorIs(t, err, inbox.ErrInvalidOption)
 
 			var recovered any
@@ -119,5 +118,51 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 			require.Zero(t, calls.Load())
 			require.Empty(t, dlq.messages("dlq"), "the message is fine, and is kept")
 		})
+	}
+}
+
+// TestMaintenanceOptions_MisuseIsAnErrorBeforeAnyConnection: every maintenance call checks its options together
+// and refuses a bad one with ErrInvalidOption before it reaches for the database, here a closed port, which would
+// answer with a connection error instead.
+func TestMaintenanceOptions_MisuseIsAnErrorBeforeAnyConnection(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open(testDriver, "postgres://root@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	d := inbox.OnSQL(db)
+	ctx := context.Background()
+	calls := map[string]func(opts ...inbox.MaintenanceOption) error{
+		"Migrate":    func(opts ...inbox.MaintenanceOption) error { return d.Migrate(ctx, opts...) },
+		"Migrations": func(opts ...inbox.MaintenanceOption) error { _, err := d.Migrations(opts...); return err },
+		"Cleanup": func(opts ...inbox.MaintenanceOption) error {
+			_, err := d.Cleanup(ctx, inbox.CleanupParams{}, opts...)
+			return err
+		},
+		"NewCleaner": func(opts ...inbox.MaintenanceOption) error {
+			_, err := d.NewCleaner(inbox.CleanerConfig{}, opts...)
+			return err
+		},
+		"ReadStats": func(opts ...inbox.MaintenanceOption) error { _, err := d.ReadStats(ctx, opts...); return err },
+		"Forget": func(opts ...inbox.MaintenanceOption) error {
+			_, err := d.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)
+			return err
+		},
+		"Remembers": func(opts ...inbox.MaintenanceOption) error { _, err := d.Remembers(ctx, opts...); return err },
+	}
+	cases := map[string][]inbox.MaintenanceOption{
+		"ANilOption":                {inbox.WithTable("billing_inbox"), nil},
+		"ATableNameWithCapitals":    {inbox.WithTable("Billing")},
+		"AnUnknownIDType":           {inbox.WithIDType("bigint")},
+		"PartitionsOfTextIDs":       {inbox.WithPartitions(24 * time.Hour)},
+		"PartitionsOfHalfAMinute":   {inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(30 * time.Second)},
+		"ANilOptionAfterGoodOnes":   {inbox.WithLogger(nil), inbox.WithObserver(nil), nil},
+		"ATableNameTooLongToBeKept": {inbox.WithTable(strings.Repeat("t", 49))},
+	}
+	for call, f := range calls {
+		for name, opts := range cases {
+			t.Run(call+"/"+name, func(t *testing.T) {
+				require.ErrorIs(t, f(opts...), inbox.ErrInvalidOption)
+			})
+		}
 	}
 }

@@ -29,8 +29,8 @@ import (
 // A partition is dropped by the age of its IDs, that is when the producer created them, not when they were
 // applied: keep the retention above the window of redeliveries plus your longest delay between producing and
 // applying a message. The middleware ignores the option.
-func WithPartitions(period time.Duration) Option {
-	return func(c *config) { c.partitionPeriod = period }
+func WithPartitions(period time.Duration) SharedOption {
+	return sharedOption(func(c *config) { c.partitionPeriod = period })
 }
 
 // PartitionsAhead is how far past the database's clock Migrate and each cleanup round keep partitions created,

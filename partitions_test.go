@@ -41,15 +41,15 @@ func TestPartitions_UUID7FloorIsTheLeastV7OfItsMillisecond(t *testing.T) {
 }
 
 // partitioned migrates a fresh inbox table partitioned by hour and returns it with its options.
-func partitioned(t testing.TB, db *sql.DB) (string, []inbox.Option) {
+func partitioned(t testing.TB, db *sql.DB) (string, []inbox.SharedOption) {
 	t.Helper()
 	table := uniqueName("inbox_parts")
 	t.Cleanup(func() {
 		dropInboxTables(db, table)
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_effects`)
 	})
-	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Hour)}
-	require.NoError(t, inbox.Migrate(context.Background(), db, opts...))
+	opts := []inbox.SharedOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Hour)}
+	require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), maintenanceOptions(opts)...))
 	return table, opts
 }
 
@@ -79,7 +79,7 @@ func TestPartitions_MigrateCreatesThePartitionsAndEachIDLandsInItsOwn(t *testing
 	require.Equal(t, "p", kind)
 	require.GreaterOrEqual(t, parts, 1+1+48, "the default partition, the hour before, and 48 hours ahead")
 
-	ib, err := inbox.New(db, append(opts, inbox.WithConsumer("wallet-credits"))...)
+	ib, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer("wallet-credits"))...)
 	require.NoError(t, err)
 	now := time.Now()
 	recent, old, v4 := v7At(now, 1), v7At(now.Add(-30*24*time.Hour), 2), uuid.NewString()
@@ -105,7 +105,7 @@ func TestPartitions_TheCleanupDropsExpiredPartitionsWithTheirProducedMessagesAnd
 	_, err := db.Exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
 		old, table, inbox.UUID7Floor(from), inbox.UUID7Floor(from.Add(time.Hour))))
 	require.NoError(t, err)
-	ib, err := inbox.New(db, append(opts, inbox.WithConsumer("wallet-credits"))...)
+	ib, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer("wallet-credits"))...)
 	require.NoError(t, err)
 	produce := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 		return []*message.Message{message.NewMessage("", []byte(`{}`))}, nil
@@ -120,7 +120,7 @@ func TestPartitions_TheCleanupDropsExpiredPartitionsWithTheirProducedMessagesAnd
 	_, err = db.Exec(`UPDATE `+table+` SET processed_at = processed_at - 6 * 60 WHERE message_id = $1`, stray)
 	require.NoError(t, err)
 
-	res, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{Retention: 5 * time.Hour}, opts...)
+	res, err := inbox.OnSQL(db).Cleanup(ctx, inbox.CleanupParams{Retention: 5 * time.Hour}, maintenanceOptions(opts)...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.PartitionsDropped)
 	require.Zero(t, res.PartitionsCreated, "Migrate made the others")
@@ -140,7 +140,7 @@ func TestPartitions_TheCleanupDropsExpiredPartitionsWithTheirProducedMessagesAnd
 	require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, old).Scan(&exists))
 	require.False(t, exists)
 
-	again, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{Retention: 5 * time.Hour}, opts...)
+	again, err := inbox.OnSQL(db).Cleanup(ctx, inbox.CleanupParams{Retention: 5 * time.Hour}, maintenanceOptions(opts)...)
 	require.NoError(t, err)
 	require.Zero(t, again.PartitionsDropped+again.PartitionsCreated+int(again.Deleted), "nothing left to do")
 }
@@ -148,7 +148,7 @@ func TestPartitions_TheCleanupDropsExpiredPartitionsWithTheirProducedMessagesAnd
 func TestPartitions_CleanupRefusesATableThatIsNotPartitioned(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
-	_, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{},
+	_, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{},
 		inbox.WithTable(b.table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Hour))
 	require.ErrorIs(t, err, inbox.ErrInvalidOption)
 	require.ErrorContains(t, err, "not partitioned")
@@ -173,7 +173,7 @@ func TestPartitions_CopiesRacingAcrossABoundaryWhilePartitionsAreCreatedApplyOnc
 	for k := range 40 {
 		ids = append(ids, v7At(boundary.Add(time.Duration(k-20)*time.Millisecond), k))
 	}
-	ib, err := inbox.New(db, append(opts, inbox.WithConsumer("wallet-credits"))...)
+	ib, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer("wallet-credits"))...)
 	require.NoError(t, err)
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		tx, _ := inbox.TxFromContext(msg.Context())
@@ -277,7 +277,7 @@ func TestPartitions_APartitionLeftDetachedIsDroppedByTheNextRound(t *testing.T) 
 	_, err = db.Exec(`ALTER TABLE ` + table + ` DETACH PARTITION ` + left)
 	require.NoError(t, err)
 
-	res, err := inbox.Cleanup(context.Background(), db, inbox.CleanupParams{}, opts...)
+	res, err := inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{}, maintenanceOptions(opts)...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.PartitionsDropped)
 	var exists bool

@@ -71,7 +71,7 @@ func TestCleanup_BehindATransactionPoolingProxyNoRoundIsSkipped(t *testing.T) {
 			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
 			for round := range 8 {
 				b.insertAged(t, "wallet-credits", fmt.Sprintf("old%d", round), "done", 50, thirtyDays, 1)
-				res, err := inbox.Cleanup(context.Background(), proxied, inbox.CleanupParams{BatchSize: 20}, inbox.WithTable(b.table))
+				res, err := inbox.OnSQL(proxied).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 20}, inbox.WithTable(b.table))
 				require.NoError(t, err, "round %d", round)
 				require.False(t, res.Skipped, "round %d: no instance holds the lock", round)
 				require.EqualValues(t, 50, res.Deleted, "round %d", round)
@@ -92,23 +92,23 @@ func TestOperations_WorkBehindATransactionPoolingProxy(t *testing.T) {
 			b.insertAged(t, "wallet-credits", "old", "done", 5, time.Hour, 1)
 			ctx := context.Background()
 			for range 3 { // several rounds, so that the statements meet several server connections
-				st, err := inbox.ReadStats(ctx, proxied, inbox.WithTable(b.table))
+				st, err := inbox.OnSQL(proxied).ReadStats(ctx, inbox.WithTable(b.table))
 				require.NoError(t, err)
 				require.Len(t, st.Consumers, 1)
 				require.EqualValues(t, 5, st.Consumers[0].Done)
 
-				ms, err := inbox.Remembers(ctx, proxied, inbox.WithTable(b.table))
+				ms, err := inbox.OnSQL(proxied).Remembers(ctx, inbox.WithTable(b.table))
 				require.NoError(t, err)
 				require.Len(t, ms, 1)
 				require.Equal(t, "wallet-credits", ms[0].Consumer)
 			}
 			for i := 1; i <= 5; i++ {
-				row, err := inbox.Forget(ctx, proxied, inbox.ForgetParams{Consumer: "wallet-credits", ID: fmt.Sprintf("old-%d", i)},
+				row, err := inbox.OnSQL(proxied).Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: fmt.Sprintf("old-%d", i)},
 					inbox.WithTable(b.table))
 				require.NoError(t, err)
 				require.Equal(t, "done", row.State)
 			}
-			_, err := inbox.Forget(ctx, proxied, inbox.ForgetParams{Consumer: "wallet-credits", ID: "old-1"}, inbox.WithTable(b.table))
+			_, err := inbox.OnSQL(proxied).Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "old-1"}, inbox.WithTable(b.table))
 			require.ErrorIs(t, err, inbox.ErrNotFound)
 			require.Zero(t, b.rows(t, "wallet-credits"))
 		})

@@ -31,8 +31,8 @@ func readmeCardLine(router *message.Router, db *sql.DB, pub message.Publisher) {
 
 func readmeUsage(ctx context.Context, dsn string, router *message.Router, pub message.Publisher, sub message.Subscriber,
 	amount, id int) error {
-	db, _ := sql.Open("postgres", dsn)             // lib/pq, or pgx's stdlib driver
-	if err := inbox.Migrate(ctx, db); err != nil { // optional: the first message migrates too (WithAutoMigrate)
+	db, _ := sql.Open("postgres", dsn)                   // lib/pq, or pgx's stdlib driver
+	if err := inbox.OnSQL(db).Migrate(ctx); err != nil { // optional: the first message migrates too (WithAutoMigrate)
 		return err
 	}
 
@@ -181,7 +181,7 @@ func readmeBatch(router *message.Router, db *sql.DB, sub message.Subscriber, par
 var _ = readmeBatch
 
 func guideRetentionCleaner(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapter, metrics inbox.Observer) error {
-	cleaner, err := inbox.NewCleaner(db, inbox.CleanerConfig{
+	cleaner, err := inbox.OnSQL(db).NewCleaner(inbox.CleanerConfig{
 		CleanupParams: inbox.CleanupParams{Retention: 38 * 24 * time.Hour},
 		Window:        31 * 24 * time.Hour, // the longest redelivery of our sources: Pub/Sub seek
 	}, inbox.WithLogger(logger), inbox.WithObserver(metrics))
@@ -193,11 +193,11 @@ func guideRetentionCleaner(ctx context.Context, db *sql.DB, logger watermill.Log
 }
 
 func guideRetentionPartitions(ctx context.Context, db *sql.DB) error {
-	opts := []inbox.Option{inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(24 * time.Hour)}
-	if err := inbox.Migrate(ctx, db, opts...); err != nil { // a new table only: an existing one is not repartitioned
+	opts := []inbox.MaintenanceOption{inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(24 * time.Hour)}
+	if err := inbox.OnSQL(db).Migrate(ctx, opts...); err != nil { // a new table only: an existing one is not repartitioned
 		return err
 	}
-	cleaner, err := inbox.NewCleaner(db, inbox.CleanerConfig{CleanupParams: inbox.CleanupParams{Retention: 14 * 24 * time.Hour}}, opts...)
+	cleaner, err := inbox.OnSQL(db).NewCleaner(inbox.CleanerConfig{CleanupParams: inbox.CleanupParams{Retention: 14 * 24 * time.Hour}}, opts...)
 	_ = cleaner
 	return err
 }

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -44,21 +43,13 @@ func (m ConsumerMemory) Covers(window time.Duration) bool { return m.Age >= wind
 //
 // A consumer that started less than the window ago remembers less than the window, and no table can tell it from
 // a consumer whose history was deleted too early: compare Age with the window only for consumers you know are
-// older, or alert on a drop (docs/guides/retention.md). The Cleaner does the latter.
-func Remembers(ctx context.Context, db *sql.DB, opts ...Option) ([]ConsumerMemory, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: Remembers: db is nil", ErrInvalidOption)
-	}
-	return stdDatabase(db).Remembers(ctx, opts...)
-}
-
-// Remembers does on d what the package-level Remembers does on a *sql.DB.
-func (d *Database) Remembers(ctx context.Context, opts ...Option) ([]ConsumerMemory, error) {
-	if d == nil || d.pool == nil {
-		return nil, fmt.Errorf("%w: Remembers: the database is nil", ErrInvalidOption)
+// older, or alert on a drop (docs/guides/retention.md). The Cleaner does the latter. Remembers reads WithTable.
+func (d *Database) Remembers(ctx context.Context, opts ...MaintenanceOption) ([]ConsumerMemory, error) {
+	if err := d.check("Remembers: "); err != nil {
+		return nil, err
 	}
 	pool := d.pool
-	c, err := newConfig(opts)
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -2,12 +2,10 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
-	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -16,44 +14,45 @@ import (
 // applies and reverts the change, for the configured table.
 type Migration = dialect.Migration
 
-// Migrations returns the inbox's schema changes for the table the options name, in order. Use it to feed the SQL to
-// a migration tool of your own; Migrate applies the same statements.
-func Migrations(opts ...Option) ([]Migration, error) {
-	c, err := newConfig(opts)
+// Migrations returns the inbox's schema changes in d's dialect for the table the options name, in order. Use it
+// to feed the SQL to a migration tool of your own; Migrate applies the same statements. It reads WithTable,
+// WithIDType and WithPartitions. It does not touch the database: a Database over a nil handle, such as OnSQL(nil),
+// serves to print the SQL before any connection.
+func (d *Database) Migrations(opts ...MaintenanceOption) ([]Migration, error) {
+	if d == nil || d.dialect == nil {
+		return nil, fmt.Errorf("%w: Migrations: the database is nil", ErrInvalidOption)
+	}
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	pg := postgres.Dialect()
-	ms, err := pg.Migrations(c.table, string(c.idType))
+	ms, err := d.dialect.Migrations(c.table, string(c.idType))
 	if err != nil || c.partitionPeriod == 0 {
 		return ms, err
 	}
-	return pg.(dialect.Partitioner).PartitionedMigrations(c.table, ms)
+	pt, err := partitioner(d.dialect)
+	if err != nil {
+		return nil, err
+	}
+	return pt.PartitionedMigrations(c.table, ms)
 }
+
 
 // Migrate creates or upgrades the inbox table that the options name (DefaultTable unless WithTable is given),
 // applying each migration once, and records the applied versions in a table named after it with a _migrations
-// suffix. Many instances may call it at once: a transaction-scoped advisory lock derived from the table name
-// makes them take turns, and each finds the work done by the one before.
+// suffix. Many instances may call it at once: a transaction-scoped lock derived from the table name makes them
+// take turns, and each finds the work done by the one before.
 //
 // Before it commits, Migrate checks the tables it leaves behind against the shape the inbox needs, since the
 // versions table says only what was once applied. A table that was altered or dropped by hand since, or one of the
 // same name that existed before in another shape, is reported as an error wrapping ErrSchemaDrift that names each
 // difference, and nothing is changed. WithIDType chooses the type of a new table's message_id; an existing table
-// keeps its own.
-func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
-	if db == nil {
-		return fmt.Errorf("%w: Migrate: db is nil", ErrInvalidOption)
-	}
-	return stdDatabase(db).Migrate(ctx, opts...)
-}
-
-// Migrate creates or upgrades the inbox table in d, as the package-level Migrate does through a *sql.DB.
-func (d *Database) Migrate(ctx context.Context, opts ...Option) error {
+// keeps its own. It reads WithTable, WithIDType, WithPartitions and WithLogger.
+func (d *Database) Migrate(ctx context.Context, opts ...MaintenanceOption) error {
 	if err := d.check("Migrate: "); err != nil {
 		return err
 	}
-	c, err := newConfig(opts)
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func freshTable(t *testing.T, db *sql.DB) string {
 // had its say on each file's SQL.
 func createByHand(t *testing.T, db *sql.DB, table string, edit func(version int, up string) string) {
 	t.Helper()
-	ms, err := inbox.Migrations(inbox.WithTable(table))
+	ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table))
 	require.NoError(t, err)
 	for _, m := range ms {
 		_, err := db.Exec(edit(m.Version, m.Up))
@@ -80,7 +80,7 @@ func TestMiddleware_Schema(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 1, calls.Load(), "the table was created, and the copy found the first one's row")
-		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)), "and it is the table Migrate makes")
+		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)), "and it is the table Migrate makes")
 		require.Len(t, logs.find("migrated its schema"), 1)
 	})
 
@@ -109,7 +109,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		var rows, versions int
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table).Scan(&rows))
 		require.Equal(t, instances, rows)
-		ms, err := inbox.Migrations()
+		ms, err := inbox.OnSQL(nil).Migrations()
 		require.NoError(t, err)
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_migrations`).Scan(&versions))
 		require.Equal(t, len(ms), versions, "each version applied once")
@@ -227,7 +227,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.Equal(t, []string{"evt-new done", "evt-old done"}, states)
-		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)), "and it is the table Migrate makes")
+		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)), "and it is the table Migrate makes")
 	})
 
 	t.Run("ATableItsUsersOwnToolMigratedToTheCompactLayoutIsUsedAsItIs", func(t *testing.T) {
@@ -235,7 +235,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		db := openDB(t)
 		table := freshTable(t, db)
 		createByHand(t, db, table, func(_ int, up string) string { return up })
-		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)),
+		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)),
 			"no versions are recorded, and the migrations before the compact layout do not fit it")
 		_, err := inbox.Middleware(db, inbox.WithTable(table), inbox.WithConsumer("c"))(noop)(newMsg("evt-1"))
 		require.NoError(t, err)
@@ -251,7 +251,7 @@ func TestMiddleware_Schema(t *testing.T) {
 			}
 			return up
 		})
-		err := inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		err := inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 		require.ErrorContains(t, err, "table "+table+"_locks does not exist")
 	})
@@ -287,10 +287,10 @@ func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := freshTable(t, db)
-		require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
+		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)))
 		_, err := db.Exec(`DROP TABLE ` + table + `_produced, ` + table + ` CASCADE`) // with its view
 		require.NoError(t, err)
-		err = inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		err = inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 		require.ErrorContains(t, err, "table "+table+" does not exist")
 	})
@@ -303,7 +303,7 @@ func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
 			consumer text NOT NULL, message_id varchar(64) NOT NULL, state text NOT NULL DEFAULT 'done',
 			PRIMARY KEY (consumer, message_id))`)
 		require.NoError(t, err)
-		err = inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+		err = inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 		require.ErrorContains(t, err, "column message_id is character varying(64), want text or uuid")
 		var recorded bool
@@ -322,7 +322,7 @@ func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
 			_, err := b.db.Exec(stmt)
 			require.NoError(t, err, stmt)
 		}
-		err := inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table))
+		err := inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 		require.ErrorContains(t, err, "index "+b.table+"_processing does not exist")
 		require.ErrorContains(t, err, "trigger "+b.table+"_unfinished_claim is disabled")

@@ -43,7 +43,7 @@ func TestMiddleware_TheOneLineWorksBehindPgBouncerInTransactionMode(t *testing.T
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
+	require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)))
 	var rows int
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table).Scan(&rows))
 	require.Equal(t, instances*2, rows)

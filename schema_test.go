@@ -33,7 +33,7 @@ func TestMigrate(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- inbox.Migrate(context.Background(), db, inbox.WithTable(table))
+				errs <- inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table))
 			}()
 		}
 		wg.Wait()
@@ -41,7 +41,7 @@ func TestMigrate(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		ms, err := inbox.Migrations(inbox.WithTable(table))
+		ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table))
 		require.NoError(t, err)
 		var applied int
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_migrations`).Scan(&applied))
@@ -85,7 +85,7 @@ func TestMigrate(t *testing.T) {
 		}
 		require.Equal(t, []string{"evt-1", "evt-2", "evt-3"}, produced())
 
-		row, err := inbox.Forget(context.Background(), b.db, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
+		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.True(t, row.HadProduced)
 		require.Equal(t, []string{"evt-2", "evt-3"}, produced())
@@ -93,7 +93,7 @@ func TestMigrate(t *testing.T) {
 		_, err = b.db.Exec(`UPDATE `+b.table+` SET processed_at = processed_at - 60*24*30
 			WHERE message_id = 'evt-2' AND consumer_id = (SELECT id FROM `+b.table+`_consumers WHERE name = $1)`, "wallet-credits")
 		require.NoError(t, err)
-		res, err := inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		require.EqualValues(t, 1, res.Deleted)
 		require.Equal(t, []string{"evt-3"}, produced(), "the row the cleanup kept keeps its produced messages")
@@ -102,15 +102,15 @@ func TestMigrate(t *testing.T) {
 	t.Run("RunningAgainChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table)))
-		require.NoError(t, inbox.Migrate(context.Background(), b.db, inbox.WithTable(b.table)))
+		require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table)))
+		require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table)))
 	})
 
 	t.Run("RejectsAnInvalidTableNameBeforeAnySQL", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		for _, name := range []string{`x"; DROP TABLE accounts; --`, "Inbox", "1inbox", "inbox-table", "", "public.inbox"} {
-			err := inbox.Migrate(context.Background(), db, inbox.WithTable(name))
+			err := inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(name))
 			require.ErrorIs(t, err, inbox.ErrInvalidOption, name)
 		}
 	})
@@ -119,7 +119,7 @@ func TestMigrate(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := uniqueName("inbox_test")
-		ms, err := inbox.Migrations(inbox.WithTable(table))
+		ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table))
 		require.NoError(t, err)
 		for _, m := range ms {
 			_, err := db.Exec(m.Up)
@@ -137,7 +137,7 @@ func TestMigrate(t *testing.T) {
 
 func TestMigrations_AreTheShippedFilesForTheConfiguredTable(t *testing.T) {
 	t.Parallel()
-	ms, err := inbox.Migrations()
+	ms, err := inbox.OnSQL(nil).Migrations()
 	require.NoError(t, err)
 	require.NotEmpty(t, ms)
 	for i, m := range ms {
@@ -146,11 +146,11 @@ func TestMigrations_AreTheShippedFilesForTheConfiguredTable(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(file), m.Up, "the default table's migration is the file users apply themselves")
 	}
-	for variant, opts := range map[string][]inbox.Option{
+	for variant, opts := range map[string][]inbox.MaintenanceOption{
 		"uuid":        {inbox.WithIDType(inbox.IDTypeUUID)},
 		"partitioned": {inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(24 * time.Hour)},
 	} {
-		vs, err := inbox.Migrations(opts...)
+		vs, err := inbox.OnSQL(nil).Migrations(opts...)
 		require.NoError(t, err)
 		file, err := os.ReadFile("dialect/postgres/migrations/" + variant + "/001_inbox.up.sql")
 		require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestMigrations_AreTheShippedFilesForTheConfiguredTable(t *testing.T) {
 		require.Equal(t, ms[1:], vs[1:], "the variant changes the first migration only")
 	}
 
-	custom, err := inbox.Migrations(inbox.WithTable("billing_inbox"))
+	custom, err := inbox.OnSQL(nil).Migrations(inbox.WithTable("billing_inbox"))
 	require.NoError(t, err)
 	for _, m := range custom {
 		require.NotContains(t, m.Up, inbox.DefaultTable)

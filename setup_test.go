@@ -116,6 +116,25 @@ func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 var tableSeq atomic.Int64
 
 // uniqueName returns a table name no other test, or test process, uses at the same time.
+// inboxOptions lists shared options, and more, for New: a test that gives one list of options to the middleware
+// and to the maintenance calls keeps it as []inbox.SharedOption.
+func inboxOptions(shared []inbox.SharedOption, more ...inbox.Option) []inbox.Option {
+	out := make([]inbox.Option, 0, len(shared)+len(more))
+	for _, o := range shared {
+		out = append(out, o)
+	}
+	return append(out, more...)
+}
+
+// maintenanceOptions lists shared options for the maintenance calls.
+func maintenanceOptions(shared []inbox.SharedOption) []inbox.MaintenanceOption {
+	out := make([]inbox.MaintenanceOption, 0, len(shared))
+	for _, o := range shared {
+		out = append(out, o)
+	}
+	return out
+}
+
 func uniqueName(prefix string) string {
 	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
 }
@@ -146,7 +165,7 @@ func newBundle(t testing.TB) *testBundle {
 	ctx := context.Background()
 	b := &testBundle{db: openDB(t), table: uniqueName("inbox_test"), logs: &recordingLogger{}}
 	b.accounts = b.table + "_accounts"
-	require.NoError(t, inbox.Migrate(ctx, b.db, inbox.WithTable(b.table)))
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(ctx, inbox.WithTable(b.table)))
 	_, err := b.db.ExecContext(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL)`)
 	require.NoError(t, err)
 	_, err = b.db.ExecContext(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -63,21 +62,13 @@ type ConsumerStats struct {
 // ReadStats counts each consumer's rows by state, reads how far back each remembers (Remembers, in the same
 // transaction), reads the table's size and how many consumer ids it has left. It reads every row, so on a large
 // inbox it takes seconds to minutes: it is for an operator (the CLI's stats command), not for a metrics scrape,
-// which has Remembers. It returns ErrSchemaMissing when the table does not exist.
-func ReadStats(ctx context.Context, db *sql.DB, opts ...Option) (Stats, error) {
-	if db == nil {
-		return Stats{}, fmt.Errorf("%w: ReadStats: db is nil", ErrInvalidOption)
-	}
-	return stdDatabase(db).ReadStats(ctx, opts...)
-}
-
-// ReadStats does on d what the package-level ReadStats does on a *sql.DB.
-func (d *Database) ReadStats(ctx context.Context, opts ...Option) (Stats, error) {
-	if d == nil || d.pool == nil {
-		return Stats{}, fmt.Errorf("%w: ReadStats: the database is nil", ErrInvalidOption)
+// which has Remembers. It returns ErrSchemaMissing when the table does not exist. It reads WithTable.
+func (d *Database) ReadStats(ctx context.Context, opts ...MaintenanceOption) (Stats, error) {
+	if err := d.check("ReadStats: "); err != nil {
+		return Stats{}, err
 	}
 	pool := d.pool
-	c, err := newConfig(opts)
+	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return Stats{}, err
 	}

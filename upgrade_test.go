@@ -42,7 +42,8 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	db := openDB(t)
 	table := uniqueName("inbox_upgrade")
 	t.Cleanup(func() { dropInboxTables(db, table) })
-	opts := []inbox.Option{inbox.WithTable(table), inbox.WithIDType(idType)}
+	opts := []inbox.SharedOption{inbox.WithTable(table), inbox.WithIDType(idType)}
+	maint := maintenanceOptions(opts)
 	if partitioned {
 		// As docs/guides/retention.md showed it for the earlier layout: the parent created by hand before Migrate, by
 		// ranges of message_id, with a default partition.
@@ -57,7 +58,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 			require.NoError(t, err)
 		}
 	}
-	createPreviousLayout(t, db, table, opts...)
+	createPreviousLayout(t, db, table, maint...)
 
 	newID := func(n int) string {
 		if idType == inbox.IDTypeUUID {
@@ -106,7 +107,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	require.NoError(t, db.QueryRow(`SELECT min(processed_at) FROM `+table+` WHERE consumer = $1`, wallet).Scan(&oldest))
 
 	start := time.Now()
-	require.NoError(t, inbox.Migrate(ctx, db, opts...))
+	require.NoError(t, inbox.OnSQL(db).Migrate(ctx, maint...))
 	t.Logf("migration 007 moved %d rows in %s", 304, time.Since(start))
 
 	after := stateCounts(t, db, `SELECT consumer, state, count(*) FROM `+table+`_view GROUP BY 1, 2`)
@@ -131,7 +132,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	// Every old ID of the transaction mode is a duplicate: no handler runs, and the stored message comes back.
 	var calls atomic.Int64
 	count := func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil }
-	wallets, err := inbox.New(db, append(opts, inbox.WithConsumer(wallet))...)
+	wallets, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer(wallet))...)
 	require.NoError(t, err)
 	h := wallets.Middleware(count)
 	for n, id := range walletIDs {
@@ -150,7 +151,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 
 	// Lease mode: done and dead-lettered rows are acked without running, a live lease is waited for, and a
 	// released one runs again, as before the migration.
-	leases, err := inbox.New(db, append(opts, inbox.WithConsumer(payments), inbox.WithLease(time.Minute),
+	leases, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer(payments), inbox.WithLease(time.Minute),
 		inbox.WithRejectDelay(10*time.Millisecond))...)
 	require.NoError(t, err)
 	calls.Store(0)
@@ -172,7 +173,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	require.EqualValues(t, 1, calls.Load(), "a released row runs its next attempt")
 
 	// How far back the consumer remembers survives the move: since its oldest row.
-	ms, err := inbox.Remembers(ctx, db, opts...)
+	ms, err := inbox.OnSQL(db).Remembers(ctx, maint...)
 	require.NoError(t, err)
 	require.Len(t, ms, 2)
 	require.Equal(t, wallet, ms[1].Consumer)
@@ -180,7 +181,7 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 
 	// The cleanup walks the migrated table, partitioned or not: the 201 rows of 100 hours and more go, with the
 	// produced message of the oldest, in batches smaller than a page holds; the rest stay.
-	res, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{Retention: 99*time.Hour + 30*time.Minute, BatchSize: 37}, opts...)
+	res, err := inbox.OnSQL(db).Cleanup(ctx, inbox.CleanupParams{Retention: 99*time.Hour + 30*time.Minute, BatchSize: 37}, maint...)
 	require.NoError(t, err)
 	require.EqualValues(t, 201, res.Deleted)
 	var left, producedLeft int
@@ -188,14 +189,14 @@ func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	require.Equal(t, 300+1-201, left)
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+`_produced`).Scan(&producedLeft))
 	require.Zero(t, producedLeft, "the produced message went with its row")
-	ms, err = inbox.Remembers(ctx, db, opts...)
+	ms, err = inbox.OnSQL(db).Remembers(ctx, maint...)
 	require.NoError(t, err)
 	require.InDelta(t, (99*time.Hour + 30*time.Minute).Seconds(), ms[1].Age.Seconds(), 5, "remembers since the cutoff")
 }
 
 // createPreviousLayout creates the inbox table as migrations 001 to 006 leave it, recorded in its versions table as
 // Migrate records them.
-func createPreviousLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.Option) {
+func createPreviousLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.MaintenanceOption) {
 	t.Helper()
 	tx, err := db.Begin()
 	require.NoError(t, err)
@@ -212,9 +213,9 @@ func createPreviousLayout(t *testing.T, db *sql.DB, table string, opts ...inbox.
 
 // applyPreviousLayout runs, through exec, the migrations of the layout before the compact one (001 to 006) for
 // the table opts name, and returns them.
-func applyPreviousLayout(t *testing.T, exec func(string, ...any) (sql.Result, error), opts ...inbox.Option) []inbox.Migration {
+func applyPreviousLayout(t *testing.T, exec func(string, ...any) (sql.Result, error), opts ...inbox.MaintenanceOption) []inbox.Migration {
 	t.Helper()
-	ms, err := inbox.Migrations(opts...)
+	ms, err := inbox.OnSQL(nil).Migrations(opts...)
 	require.NoError(t, err)
 	var applied []inbox.Migration
 	for _, m := range ms {

@@ -41,7 +41,7 @@ func main() {
 	check(err)
 	_, err = db.Exec("CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL); INSERT INTO accounts VALUES (1, 0)")
 	check(err)
-	check(inbox.Migrate(context.Background(), db))
+	check(inbox.OnSQL(db).Migrate(context.Background()))
 	pub, err := wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true}, nil)
 	check(err)
 	sub, err := wsql.NewSubscriber(db, wsql.SubscriberConfig{ConsumerGroup: "wallet", SchemaAdapter: wsql.DefaultPostgreSQLSchema{},

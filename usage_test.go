@@ -76,3 +76,60 @@ func goEnv(t testing.TB, goBin, name string) string {
 	require.NoError(t, err, "go env %s", name)
 	return strings.TrimSpace(string(out))
 }
+
+// TestMaintenanceOptions_AMiddlewareOptionDoesNotCompile: a maintenance call takes only the options it can read,
+// so one that shapes the middleware, given to it, is a compile error in the user's module rather than an option
+// silently ignored. The same program with maintenance options in their place builds, so the test can tell.
+func TestMaintenanceOptions_AMiddlewareOptionDoesNotCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a fresh module")
+	}
+	t.Parallel()
+	const program = `package main
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+var _ = time.Second
+var _ watermill.LoggerAdapter
+
+func main() {
+	ctx, db := context.Background(), inbox.OnSQL((*sql.DB)(nil))
+	p := inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}
+	_, _ = db.Forget(ctx, p, %s)
+	_ = db.Migrate(ctx, %s)
+	_, _ = db.Cleanup(ctx, inbox.CleanupParams{}, %s)
+}
+`
+	fill := func(forget, migrate, cleanup string) string {
+		out := strings.Replace(program, "%s", forget, 1)
+		out = strings.Replace(out, "%s", migrate, 1)
+		return strings.Replace(out, "%s", cleanup, 1)
+	}
+	dir, goBin, env := freshModule(t, map[string]string{
+		"main.go": fill("inbox.WithTable(\"billing_inbox\")", "inbox.WithIDType(inbox.IDTypeUUID)", "inbox.WithLogger(watermill.NopLogger{})"),
+	})
+	build := func() (string, error) {
+		cmd := exec.Command(goBin, "build", "-o", os.DevNull, ".")
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := build()
+	require.NoError(t, err, "the program with maintenance options builds:\n%s", out)
+
+	bad := fill("inbox.WithBatch(time.Millisecond, 8)", "inbox.WithLease(time.Minute)", "inbox.WithConsumer(\"wallet-credits\")")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(bad), 0o644))
+	out, err = build()
+	require.Error(t, err, "a middleware option given to a maintenance call must not compile:\n%s", out)
+	for _, option := range []string{"WithBatch", "WithLease", "WithConsumer"} {
+		require.Regexp(t, `inbox\.`+option+`\(.*\) \(value of interface type inbox\.Option\) as inbox\.MaintenanceOption value`, out)
+	}
+}

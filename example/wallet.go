@@ -36,7 +36,7 @@ func resetDatabase(ctx context.Context, db *sql.DB, accounts int) error {
 		`INSERT INTO example_accounts (id) SELECT generate_series(1, $1::bigint)`, accounts); err != nil {
 		return fmt.Errorf("open accounts: %w", err)
 	}
-	if err := inbox.Migrate(ctx, db, inbox.WithTable(inboxTable)); err != nil {
+	if err := inbox.OnSQL(db).Migrate(ctx, inbox.WithTable(inboxTable)); err != nil {
 		return fmt.Errorf("migrate inbox: %w", err)
 	}
 	if _, err := db.ExecContext(ctx, `TRUNCATE `+inboxTable+` CASCADE`); err != nil {

@@ -108,7 +108,7 @@ func idleScenario(ctx context.Context, b *latencyBench, window time.Duration) (l
 	return b.measure(ctx, table, window, nil)
 }
 
-// batchedDeleteScenario: the same claims while inbox.Cleanup deletes the expired rows, batch by batch. The claims
+// batchedDeleteScenario: the same claims while Database.Cleanup deletes the expired rows, batch by batch. The claims
 // are measured for as long as the cleanup runs.
 func batchedDeleteScenario(ctx context.Context, b *latencyBench, _ time.Duration) (latencySample, error) {
 	table, drop, err := b.table(ctx, b.cfg.Rows, true)
@@ -117,7 +117,7 @@ func batchedDeleteScenario(ctx context.Context, b *latencyBench, _ time.Duration
 		return latencySample{}, err
 	}
 	s, err := b.measure(ctx, table, 0, func(ctx context.Context) (latencyRemoval, error) {
-		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, inbox.WithTable(table))
+		res, err := inbox.OnSQL(b.cleanDB).Cleanup(ctx, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, inbox.WithTable(table))
 		return latencyRemoval{Rows: res.Deleted, Took: res.Took, Batches: res.Batches}, err
 	})
 	if err == nil && s.Removed != int64(b.cfg.Rows) {
@@ -128,7 +128,7 @@ func batchedDeleteScenario(ctx context.Context, b *latencyBench, _ time.Duration
 
 // partitionDropScenario: the same number of expired rows, in a table of managed partitions (WithPartitions, one an
 // hour) whose expired partitions hold them, beside live rows in the partitions of the last day; the claims, with
-// UUIDv7 event IDs, land in the partition of this hour while inbox.Cleanup with WithPartitions detaches and drops
+// UUIDv7 event IDs, land in the partition of this hour while Database.Cleanup with WithPartitions detaches and drops
 // the expired ones. The claims are measured for as long as the cleanup runs, as for the batched delete.
 func partitionDropScenario(ctx context.Context, b *latencyBench, _ time.Duration) (latencySample, error) {
 	table, expired, drop, err := b.partitionedTable(ctx, b.cfg.Rows, latencyLiveRows(b.cfg.Rows))
@@ -138,7 +138,7 @@ func partitionDropScenario(ctx context.Context, b *latencyBench, _ time.Duration
 	}
 	var dropped int
 	s, err := b.measure(ctx, table, 0, func(ctx context.Context) (latencyRemoval, error) {
-		res, err := inbox.Cleanup(ctx, b.cleanDB, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, latencyPartitionOptions(table)...)
+		res, err := inbox.OnSQL(b.cleanDB).Cleanup(ctx, inbox.CleanupParams{BatchSize: b.cfg.Batch, Pause: b.cfg.Pause}, latencyPartitionOptions(table)...)
 		dropped = res.PartitionsDropped
 		// The rows of a dropped partition are not in Deleted: they are the rows the partitions held.
 		rows := int64(0)
@@ -306,7 +306,7 @@ func (b *latencyBench) logf(format string, a ...any) {
 	fmt.Fprintf(b.progress, "%s cleanup-latency: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 }
 
-// latencyFillSQL fills a table that inbox.Migrate created with $1 rows of consumer $2, their processed_at spread
+// latencyFillSQL fills a table that Database.Migrate created with $1 rows of consumer $2, their processed_at spread
 // evenly from $3 seconds ago (the first row) to $4 seconds ago (the last), by the database clock that the cleanup's
 // cutoff is read from. The IDs are random, the shape of v4 UUIDs (md5 of the row number), so the claims' random
 // IDs land among them all over the primary key as they do in a real inbox. They are inserted in their sort order,
@@ -345,7 +345,7 @@ const latencyCountersSQL = `SELECT pg_current_wal_lsn()::text,
 	(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
 	coalesce((SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables WHERE relid = $1::regclass), 0)`
 
-// table creates a table with inbox.Migrate and fills it with rows rows: expired ones (older than the retention, a
+// table creates a table with Database.Migrate and fills it with rows rows: expired ones (older than the retention, a
 // day's worth ending an hour before the cutoff) or live ones (spread over all but the last day of the retention).
 // The rows are then made as old as they claim to be: VACUUM ANALYZE sets their hint and visibility bits, as the
 // weeks since they were written would have, and a CHECKPOINT makes the next change of each page write it whole to
@@ -354,7 +354,7 @@ func (b *latencyBench) table(ctx context.Context, rows int, expired bool) (table
 	b.tables++
 	table = fmt.Sprintf("%s_%d", b.prefix, b.tables)
 	drop = b.dropper(table)
-	if err := inbox.Migrate(ctx, b.watchDB, inbox.WithTable(table)); err != nil {
+	if err := inbox.OnSQL(b.watchDB).Migrate(ctx, inbox.WithTable(table)); err != nil {
 		return table, drop, fmt.Errorf("migrate %s: %w", table, err)
 	}
 	retention := inbox.DefaultRetention.Seconds()

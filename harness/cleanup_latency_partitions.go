@@ -16,8 +16,8 @@ import (
 const latencyPartitionPeriod = time.Hour
 
 // latencyPartitionOptions are the inbox options of a partitioned table of the measurement, for Migrate and Cleanup.
-func latencyPartitionOptions(table string) []inbox.Option {
-	return []inbox.Option{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(latencyPartitionPeriod)}
+func latencyPartitionOptions(table string) []inbox.MaintenanceOption {
+	return []inbox.MaintenanceOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(latencyPartitionPeriod)}
 }
 
 // latencyFillV7SQL fills a partitioned inbox table with $1 rows of consumer $2 whose IDs are UUIDv7: their times
@@ -41,7 +41,7 @@ const latencyFillV7SQL = `WITH consumer AS (
 	FROM consumer, ids
 	ORDER BY 3`
 
-// partitionedTable creates a table with inbox.Migrate and WithPartitions, then, beside the partitions Migrate made
+// partitionedTable creates a table with Database.Migrate and WithPartitions, then, beside the partitions Migrate made
 // (an hour back to inbox.PartitionsAhead ahead), the partitions of a day of expired rows (the batched delete's day,
 // ending an hour before the retention's cutoff) and of the last day, named and bounded as the library names and
 // bounds its own; it fills them with expired and live rows, and makes the rows as old as they claim to be, as
@@ -51,7 +51,7 @@ func (b *latencyBench) partitionedTable(ctx context.Context, expired, live int) 
 	table = fmt.Sprintf("%s_%d", b.prefix, b.tables)
 	drop = b.dropper(table)
 	b.partitioned[table] = true
-	if err := inbox.Migrate(ctx, b.watchDB, latencyPartitionOptions(table)...); err != nil {
+	if err := inbox.OnSQL(b.watchDB).Migrate(ctx, latencyPartitionOptions(table)...); err != nil {
 		return table, 0, drop, fmt.Errorf("migrate %s: %w", table, err)
 	}
 	var now time.Time

@@ -22,9 +22,9 @@ const partitionedTable = "harness_inbox_partitioned"
 // partitionPeriod is partitionedTable's WithPartitions period.
 const partitionPeriod = time.Hour
 
-// partitionedOptions are the inbox options of partitionedTable, for Migrate and for its consumers.
-func partitionedOptions() []inbox.Option {
-	return []inbox.Option{inbox.WithTable(partitionedTable), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(partitionPeriod)}
+// partitionedOptions are the inbox options of partitionedTable, for Migrate.
+func partitionedOptions() []inbox.MaintenanceOption {
+	return []inbox.MaintenanceOption{inbox.WithTable(partitionedTable), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(partitionPeriod)}
 }
 
 // Every row the harness writes carries the run's ID, so runs (and parallel test processes) never see each other's
@@ -125,12 +125,12 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	if err := inbox.Migrate(ctx, db, inbox.WithTable(inboxTable)); err != nil {
+	if err := inbox.OnSQL(db).Migrate(ctx, inbox.WithTable(inboxTable)); err != nil {
 		return err
 	}
 	// Migrating a partitioned table again also creates the partitions it lacks up to PartitionsAhead, so a table
 	// made days ago still has the partition of this hour.
-	return inbox.Migrate(ctx, db, partitionedOptions()...)
+	return inbox.OnSQL(db).Migrate(ctx, partitionedOptions()...)
 }
 
 // registerConsumer returns the id the inbox table stores for consumer, registering the name if it is new.

@@ -61,9 +61,9 @@ Commands:
   cleanup-latency  What the inbox's retention cleanup costs the claims running beside it. --claimers
               goroutines claim fresh messages through the middleware (one UPDATE per claim's transaction) and the
               claim latency's p50, p99 and max are read per scenario: idle (a table of --rows expired rows, no
-              cleanup), batched delete (the same while inbox.Cleanup deletes them, with its rate and time),
+              cleanup), batched delete (the same while Database.Cleanup deletes them, with its rate and time),
               partition drop (as many expired rows in hourly partitions of a WithPartitions table, beside a tenth
-              as many live ones, while inbox.Cleanup with WithPartitions drops those partitions; the claims carry
+              as many live ones, while Database.Cleanup with WithPartitions drops those partitions; the claims carry
               UUIDv7 IDs), idle partitioned (that table with no cleanup) and growth (10,000 rows against
               --growth-rows rows). Prints p99 during each cleanup over
               p99 idle and p99 of the large table over the small one, and what the backends waited on meanwhile.

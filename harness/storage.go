@@ -25,7 +25,7 @@ runs VACUUM ANALYZE and reads the sizes from the catalog, for three shapes of ta
 
   article  the article's table: consumer text, message_id, processed_at; primary key (consumer, message_id)
   before   this library's table of migrations 001 to 006: consumer names in every row, a B-tree cleanup index
-  now      this library's table as inbox.Migrate creates it today (001 to 007, the compact layout): consumer
+  now      this library's table as Database.Migrate creates it today (001 to 007, the compact layout): consumer
            ids, a one-byte state, minutes, a BRIN cleanup index
 
 The inbox shapes count every relation the library creates for the table: its indexes, and the consumers and
@@ -239,7 +239,7 @@ func storageCreate(ctx context.Context, db *sql.DB, shape, table, idType string)
 			PRIMARY KEY (consumer, message_id))`)
 		return func() { _, _ = db.Exec(`DROP TABLE IF EXISTS "` + table + `"`) }, err
 	}
-	ms, err := inbox.Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(idType)))
+	ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(idType)))
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +379,7 @@ func storageTable(c storageConfig, version string, med map[string]storageSizes) 
 			if shape == "before" {
 				b.WriteString("Before: the table of migrations 001 to 006 (consumer names, B-tree cleanup index):\n\n")
 			} else {
-				b.WriteString("Now: the table as inbox.Migrate creates it (consumer ids, BRIN cleanup index, consumers table):\n\n")
+				b.WriteString("Now: the table as Database.Migrate creates it (consumer ids, BRIN cleanup index, consumers table):\n\n")
 			}
 			var rows [][]string
 			for _, k := range storageKeys {
@@ -439,7 +439,7 @@ func storageMigrationTable(c storageConfig, secs map[string][]float64) string {
 }
 
 // storageTimeMigration fills the before shape with rows rows of key, vacuums it as an old table would be, and
-// times migration 007 on it in one transaction, as inbox.Migrate runs it.
+// times migration 007 on it in one transaction, as Database.Migrate runs it.
 func storageTimeMigration(ctx context.Context, db *sql.DB, key string, rows int) (time.Duration, error) {
 	table := fmt.Sprintf("harness_storage_migrate_%s_%d", strings.ReplaceAll(key, " ", "_"), os.Getpid())
 	drop, err := storageCreate(ctx, db, "before", table, storageIDType(key))
@@ -455,7 +455,7 @@ func storageTimeMigration(ctx context.Context, db *sql.DB, key string, rows int)
 	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE `+pq.QuoteIdentifier(table)); err != nil {
 		return 0, err
 	}
-	ms, err := inbox.Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(storageIDType(key))))
+	ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table), inbox.WithIDType(inbox.IDType(storageIDType(key))))
 	if err != nil {
 		return 0, err
 	}

@@ -128,7 +128,7 @@ var PostgreSQL = Dialect{
 	// The newest is 007, which moves the rows to the compact layout and numbers the consumers; its down migration
 	// drops the consumers table, and applying 007 again numbers them anew, in the order of their names.
 	RollBackNewest: func(table string) ([]string, error) {
-		ms, err := inbox.Migrations(inbox.WithTable(table))
+		ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table))
 		if err != nil {
 			return nil, err
 		}

@@ -88,7 +88,7 @@ func TestThePostgreSQLInboxRefusesMariaDB(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		require.ErrorContains(t, err, "use the mysqlinbox module")
 
-		err = inbox.Migrate(context.Background(), db)
+		err = inbox.OnSQL(db).Migrate(context.Background())
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		require.ErrorContains(t, err, "use the mysqlinbox module")
 	})
@@ -105,7 +105,7 @@ func TestThePostgreSQLInboxRefusesMariaDB(t *testing.T) {
 		require.ErrorContains(t, err, "use the mysqlinbox module")
 		require.False(t, called)
 
-		err = inbox.Migrate(context.Background(), db)
+		err = inbox.OnSQL(db).Migrate(context.Background())
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		require.ErrorContains(t, err, "use the mysqlinbox module")
 	})

@@ -66,7 +66,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatalf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %v", dsn, err)
 	}
 	table := fmt.Sprintf("inbox_test_otel_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
+	require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)))
 	t.Cleanup(func() {
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` + table + `_migrations, ` + table + `_consumers CASCADE`)
 		_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
@@ -227,7 +227,7 @@ func TestObserver_RecordsMetricsForTheInboxsEvents(t *testing.T) {
 		SELECT c.id, 'old-' || g, (floor(extract(epoch FROM now() - interval '30 days') / 60))::integer
 		FROM c, generate_series(1, 7) g`)
 	require.NoError(t, err)
-	_, err = inbox.Cleanup(context.Background(), b.db, inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithObserver(b.obs))
+	_, err = inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithObserver(b.obs))
 	require.NoError(t, err)
 
 	var rm metricdata.ResourceMetrics

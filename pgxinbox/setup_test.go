@@ -81,19 +81,19 @@ type testBundle struct {
 }
 
 // newBundle migrates a fresh inbox table (with opts) and an accounts table with account 1 at balance 0.
-func newBundle(t testing.TB, opts ...inbox.Option) *testBundle {
+func newBundle(t testing.TB, opts ...inbox.MaintenanceOption) *testBundle {
 	t.Helper()
 	return newBundleOn(t, openPool(t, testDSN()), opts...)
 }
 
 // newBundleOn is newBundle over pool.
-func newBundleOn(t testing.TB, pool *pgxpool.Pool, opts ...inbox.Option) *testBundle {
+func newBundleOn(t testing.TB, pool *pgxpool.Pool, opts ...inbox.MaintenanceOption) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &testBundle{pool: pool, table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
 	b.accounts = b.table + "_accounts"
 	t.Cleanup(func() { b.drop(t) })
-	require.NoError(t, pgxinbox.Database(b.pool).Migrate(ctx, append([]inbox.Option{inbox.WithTable(b.table)}, opts...)...))
+	require.NoError(t, pgxinbox.Database(b.pool).Migrate(ctx, append([]inbox.MaintenanceOption{inbox.WithTable(b.table)}, opts...)...))
 	_, err := b.pool.Exec(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL)`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)

@@ -32,7 +32,6 @@ package prommetrics
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -170,17 +169,18 @@ func (o *Observer) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
 }
 
 // RegisterOldestRowAge registers on reg a collector that, at every scrape, asks the database how far back the
-// inbox remembers (inbox.Remembers) and exports it per consumer as watermill_inbox_oldest_row_age_seconds. The
+// inbox remembers (inbox.Database.Remembers) and exports it per consumer as watermill_inbox_oldest_row_age_seconds. The
 // query reads one row per consumer, bounded by timeout (DefaultQueryTimeout when zero). When it fails, the
 // gauge is left out of that scrape and watermill_inbox_oldest_row_age_errors_total goes up, so an unreachable
-// database does not fail the scrape of everything else the process exports. opts name the table as for
-// inbox.New; they are checked now.
+// database does not fail the scrape of everything else the process exports. db is the inbox's database on any
+// dialect (inbox.OnSQL, pgxinbox.Database, mysqlinbox.Database); opts name the table as for the middleware, and
+// are checked now.
 //
 // Alert on it with the window your sources need, for consumers older than that window (docs/guides/retention.md):
 //
 //	watermill_inbox_oldest_row_age_seconds < 31 * 86400
 //	  and max_over_time(watermill_inbox_oldest_row_age_seconds[30d]) >= 31 * 86400
-func RegisterOldestRowAge(reg prometheus.Registerer, db *sql.DB, timeout time.Duration, opts ...inbox.Option) error {
+func RegisterOldestRowAge(reg prometheus.Registerer, db *inbox.Database, timeout time.Duration, opts ...inbox.MaintenanceOption) error {
 	if reg == nil {
 		return fmt.Errorf("prommetrics: RegisterOldestRowAge: the registerer is nil")
 	}
@@ -190,7 +190,7 @@ func RegisterOldestRowAge(reg prometheus.Registerer, db *sql.DB, timeout time.Du
 	if timeout == 0 {
 		timeout = DefaultQueryTimeout
 	}
-	if _, err := inbox.New(db, opts...); err != nil { // checks the options without touching the database
+	if _, err := db.Migrations(opts...); err != nil { // checks the database and the options without touching it
 		return fmt.Errorf("prommetrics: RegisterOldestRowAge: %w", err)
 	}
 	c := &oldestRowAge{
@@ -198,7 +198,7 @@ func RegisterOldestRowAge(reg prometheus.Registerer, db *sql.DB, timeout time.Du
 		opts:    opts,
 		timeout: timeout,
 		age: prometheus.NewDesc("watermill_inbox_oldest_row_age_seconds",
-			"How far back the inbox remembers a consumer's messages (inbox.Remembers), by the database clock. A copy "+
+			"How far back the inbox remembers a consumer's messages (Database.Remembers), by the database clock. A copy "+
 				"redelivered from further back is applied again.",
 			[]string{"consumer"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
@@ -215,8 +215,8 @@ func RegisterOldestRowAge(reg prometheus.Registerer, db *sql.DB, timeout time.Du
 // oldestRowAge queries at scrape time rather than caching what a Cleaner saw: the value is then as fresh as the
 // scrape, and it exists in every process that registers it, whether or not that process runs the cleanup.
 type oldestRowAge struct {
-	db      *sql.DB
-	opts    []inbox.Option
+	db      *inbox.Database
+	opts    []inbox.MaintenanceOption
 	timeout time.Duration
 	age     *prometheus.Desc
 	errors  prometheus.Counter
@@ -230,7 +230,7 @@ func (c *oldestRowAge) Describe(ch chan<- *prometheus.Desc) {
 func (c *oldestRowAge) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	ms, err := inbox.Remembers(ctx, c.db, c.opts...)
+	ms, err := c.db.Remembers(ctx, c.opts...)
 	if err != nil {
 		c.errors.Inc()
 	}

@@ -46,7 +46,7 @@ func openTable(t *testing.T) (*sql.DB, string) {
 		t.Fatalf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %v", dsn, err)
 	}
 	table := fmt.Sprintf("inbox_test_prom_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	require.NoError(t, inbox.Migrate(context.Background(), db, inbox.WithTable(table)))
+	require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)))
 	t.Cleanup(func() {
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_migrations, ` +
 			table + `_locks, ` + table + `_consumers CASCADE`) // CASCADE: the view goes with the table
@@ -131,7 +131,7 @@ func TestObserver_ExportsEveryEventOfRealInboxWorkOnTheGivenRegistry(t *testing.
 			consumerSince(t, db, table, consumer, "30 days"), consumer, n)
 		require.NoError(t, err)
 	}
-	_, err = inbox.Cleanup(context.Background(), db, inbox.CleanupParams{BatchSize: 10}, inbox.WithTable(table), inbox.WithObserver(obs))
+	_, err = inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 10}, inbox.WithTable(table), inbox.WithObserver(obs))
 	require.NoError(t, err)
 
 	value := func(name string, labels ...string) float64 {
@@ -206,7 +206,7 @@ func TestRegisterOldestRowAge(t *testing.T) {
 	t.Run("ExportsHowFarBackEachConsumerRemembersAtScrapeTime", func(t *testing.T) {
 		db, table := openTable(t)
 		reg := prometheus.NewPedanticRegistry()
-		require.NoError(t, prommetrics.RegisterOldestRowAge(reg, db, 0, inbox.WithTable(table)))
+		require.NoError(t, prommetrics.RegisterOldestRowAge(reg, inbox.OnSQL(db), 0, inbox.WithTable(table)))
 		n, err := testutil.GatherAndCount(reg, "watermill_inbox_oldest_row_age_seconds")
 		require.NoError(t, err)
 		require.Zero(t, n, "no consumers, no gauges")
@@ -226,7 +226,7 @@ func TestRegisterOldestRowAge(t *testing.T) {
 	t.Run("CountsAFailedQueryWithoutFailingTheScrape", func(t *testing.T) {
 		db, table := openTable(t)
 		reg := prometheus.NewPedanticRegistry()
-		require.NoError(t, prommetrics.RegisterOldestRowAge(reg, db, time.Second, inbox.WithTable(table+"_missing")))
+		require.NoError(t, prommetrics.RegisterOldestRowAge(reg, inbox.OnSQL(db), time.Second, inbox.WithTable(table+"_missing")))
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP watermill_inbox_oldest_row_age_errors_total Scrapes whose query for watermill_inbox_oldest_row_age_seconds failed or timed out.
 # TYPE watermill_inbox_oldest_row_age_errors_total counter
@@ -236,7 +236,7 @@ watermill_inbox_oldest_row_age_errors_total 1
 
 	t.Run("ChecksTheOptionsAtRegistration", func(t *testing.T) {
 		db, _ := openTable(t)
-		err := prommetrics.RegisterOldestRowAge(prometheus.NewRegistry(), db, 0, inbox.WithTable("Not A Table"))
+		err := prommetrics.RegisterOldestRowAge(prometheus.NewRegistry(), inbox.OnSQL(db), 0, inbox.WithTable("Not A Table"))
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 	})
 }

@@ -18,7 +18,7 @@ func readmeMetrics(router *message.Router, db *sql.DB, registry *prometheus.Regi
 		return err
 	}
 	router.AddMiddleware(inbox.Middleware(db, inbox.WithObserver(obs)))
-	err = prommetrics.RegisterOldestRowAge(registry, db, prommetrics.DefaultQueryTimeout) // how far back each consumer remembers
+	err = prommetrics.RegisterOldestRowAge(registry, inbox.OnSQL(db), prommetrics.DefaultQueryTimeout) // how far back each consumer remembers
 	return err
 }
 

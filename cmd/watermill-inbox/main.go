@@ -160,7 +160,7 @@ func (c *common) parse(args []string) int {
 	}
 	// The library decides which names are valid; asking it here, before any connection, lets the complaint name
 	// the flag instead of the Go option it would otherwise name.
-	if _, err := inbox.Migrations(inbox.WithTable(c.table)); err != nil {
+	if _, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(c.table)); err != nil {
 		c.usageError("--table %q: want a table name of lower-case letters, digits and underscores, "+
 			"not starting with a digit, at most 48 characters", c.table)
 		return exitUsage
@@ -236,19 +236,19 @@ func migrateCommand(ctx context.Context, c *common, args []string, stdout, _ io.
 	if code := c.parse(args); code >= 0 {
 		return code
 	}
-	if _, err := inbox.Migrations(inbox.WithIDType(inbox.IDType(*idType))); err != nil {
+	if _, err := inbox.OnSQL(nil).Migrations(inbox.WithIDType(inbox.IDType(*idType))); err != nil {
 		c.usageError("--id-type %q: want %s or %s", *idType, inbox.IDTypeText, inbox.IDTypeUUID)
 		return exitUsage
 	}
-	opts := []inbox.Option{inbox.WithTable(c.table), inbox.WithIDType(inbox.IDType(*idType))}
+	opts := []inbox.MaintenanceOption{inbox.WithTable(c.table), inbox.WithIDType(inbox.IDType(*idType))}
 	if partitions != 0 {
 		opts = append(opts, inbox.WithPartitions(time.Duration(partitions)))
-		if _, err := inbox.Migrations(opts...); err != nil {
+		if _, err := inbox.OnSQL(nil).Migrations(opts...); err != nil {
 			c.usageError("--partitions %s: %v", partitions, err)
 			return exitUsage
 		}
 	}
-	ms, err := inbox.Migrations(opts...)
+	ms, err := inbox.OnSQL(nil).Migrations(opts...)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -257,7 +257,7 @@ func migrateCommand(ctx context.Context, c *common, args []string, stdout, _ io.
 		return c.fail(err)
 	}
 	defer db.Close()
-	if err := inbox.Migrate(ctx, db, opts...); err != nil {
+	if err := inbox.OnSQL(db).Migrate(ctx, opts...); err != nil {
 		return c.fail(err)
 	}
 	fmt.Fprintf(stdout, "%s is at schema version %d (%s)\n", c.table, ms[len(ms)-1].Version, ms[len(ms)-1].Name)
@@ -281,10 +281,10 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 	if code := c.parse(args); code >= 0 {
 		return code
 	}
-	opts := []inbox.Option{inbox.WithTable(c.table), inbox.WithLogger(c.logger(!*verbose))}
+	opts := []inbox.MaintenanceOption{inbox.WithTable(c.table), inbox.WithLogger(c.logger(!*verbose))}
 	if partitions != 0 {
 		opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Duration(partitions)))
-		if _, err := inbox.Migrations(opts...); err != nil {
+		if _, err := inbox.OnSQL(nil).Migrations(opts...); err != nil {
 			c.usageError("--partitions %s: %v", partitions, err)
 			return exitUsage
 		}
@@ -307,7 +307,7 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 	defer db.Close()
 
 	start, last := time.Now(), time.Time{}
-	res, err := inbox.Cleanup(ctx, db, inbox.CleanupParams{
+	res, err := inbox.OnSQL(db).Cleanup(ctx, inbox.CleanupParams{
 		Retention: time.Duration(window),
 		BatchSize: *batch,
 		Pause:     time.Duration(pause),
@@ -363,7 +363,7 @@ func statsCommand(ctx context.Context, c *common, args []string, stdout, stderr 
 		return c.fail(err)
 	}
 	defer db.Close()
-	st, err := inbox.ReadStats(ctx, db, inbox.WithTable(c.table))
+	st, err := inbox.OnSQL(db).ReadStats(ctx, inbox.WithTable(c.table))
 	if err != nil {
 		return c.fail(err)
 	}
@@ -499,7 +499,7 @@ func forgetCommand(ctx context.Context, c *common, args []string, stdout, stderr
 		return c.fail(err)
 	}
 	defer db.Close()
-	row, err := inbox.Forget(ctx, db, inbox.ForgetParams{Consumer: *consumer, ID: *id, Force: *force},
+	row, err := inbox.OnSQL(db).Forget(ctx, inbox.ForgetParams{Consumer: *consumer, ID: *id, Force: *force},
 		inbox.WithTable(c.table), inbox.WithLogger(c.logger(false)))
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):

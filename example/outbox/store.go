@@ -51,7 +51,7 @@ func resetDatabase(ctx context.Context, db *sql.DB, accounts int, logger watermi
 		return fmt.Errorf("open accounts: %w", err)
 	}
 	for _, table := range []string{walletInboxTable, notifyInboxTable} {
-		if err := inbox.Migrate(ctx, db, inbox.WithTable(table)); err != nil {
+		if err := inbox.OnSQL(db).Migrate(ctx, inbox.WithTable(table)); err != nil {
 			return fmt.Errorf("migrate inbox %s: %w", table, err)
 		}
 		if _, err := db.ExecContext(ctx, `TRUNCATE `+table+` CASCADE`); err != nil {

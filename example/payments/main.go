@@ -102,7 +102,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	if err := db.PingContext(ctx); err != nil {
 		return res, fmt.Errorf("connect to PostgreSQL (set DATABASE_URL): %w", err)
 	}
-	if err := inbox.Migrate(ctx, db, inbox.WithTable(inboxTable)); err != nil {
+	if err := inbox.OnSQL(db).Migrate(ctx, inbox.WithTable(inboxTable)); err != nil {
 		return res, fmt.Errorf("migrate inbox: %w", err)
 	}
 	if _, err := db.ExecContext(ctx, `TRUNCATE `+inboxTable+` CASCADE`); err != nil {
