@@ -24,6 +24,11 @@
 //	watermill_inbox_rows_cleaned_total{consumer}                   rows deleted by the cleanup
 //	watermill_inbox_oldest_row_age_seconds{consumer}               how far back the inbox remembers (RegisterOldestRowAge)
 //	watermill_inbox_oldest_row_age_errors_total                    scrapes whose oldest-row query failed
+//	watermill_inbox_redelivery_window_seconds                      the window the inbox must remember (RegisterRedeliveryWindow)
+//
+// rules/alerts.yml holds alerting rules over these metrics, tested with promtool (rules/alerts_test.yml): a
+// retention shorter than the redelivery window, dead letters, leases that expire, slow claims, a schema that is not
+// ready. Load it from prometheus.yml's rule_files.
 //
 // Alert on watermill_inbox_nacks_total, watermill_inbox_leases_lost_total and
 // watermill_inbox_commit_failures_total: each counts something that repeats until someone acts, or that made a
@@ -176,10 +181,8 @@ func (o *Observer) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
 // dialect (inbox.OnSQL, pgxinbox.Database, mysqlinbox.Database); opts name the table as for the middleware, and
 // are checked now.
 //
-// Alert on it with the window your sources need, for consumers older than that window (docs/guides/retention.md):
-//
-//	watermill_inbox_oldest_row_age_seconds < 31 * 86400
-//	  and max_over_time(watermill_inbox_oldest_row_age_seconds[30d]) >= 31 * 86400
+// Alert on it with the window your sources need (RegisterRedeliveryWindow and rules/alerts.yml), for consumers
+// older than that window (docs/guides/retention.md).
 func RegisterOldestRowAge(reg prometheus.Registerer, db *inbox.Database, timeout time.Duration, opts ...inbox.MaintenanceOption) error {
 	if reg == nil {
 		return fmt.Errorf("prommetrics: RegisterOldestRowAge: the registerer is nil")
@@ -208,6 +211,28 @@ func RegisterOldestRowAge(reg prometheus.Registerer, db *inbox.Database, timeout
 	}
 	if err := reg.Register(c); err != nil {
 		return fmt.Errorf("prommetrics: register watermill_inbox_oldest_row_age_seconds: %w", err)
+	}
+	return nil
+}
+
+// RegisterRedeliveryWindow registers on reg the gauge watermill_inbox_redelivery_window_seconds, whose value is
+// window: the longest a source may take to redeliver a message, which the inbox must remember at least as far back.
+// The retention alert of rules/alerts.yml compares watermill_inbox_oldest_row_age_seconds with it. Register it on
+// the same registerer as RegisterOldestRowAge, so that the two carry the same labels.
+func RegisterRedeliveryWindow(reg prometheus.Registerer, window time.Duration) error {
+	if reg == nil {
+		return fmt.Errorf("prommetrics: RegisterRedeliveryWindow: the registerer is nil")
+	}
+	if window <= 0 {
+		return fmt.Errorf("prommetrics: RegisterRedeliveryWindow: window %s: want a positive duration", window)
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "watermill_inbox_redelivery_window_seconds",
+		Help: "The longest a source may take to redeliver a message: the inbox must remember at least this far back.",
+	})
+	g.Set(window.Seconds())
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("prommetrics: register watermill_inbox_redelivery_window_seconds: %w", err)
 	}
 	return nil
 }
