@@ -18,9 +18,8 @@ func SQLv3Joiner() driver.Joiner { return sqlv3Joiner{} }
 type sqlv3Joiner struct{}
 
 func (sqlv3Joiner) Joined(ctx context.Context) (driver.Tx, bool) {
-	tx, ok := wsql.TxFromContext(ctx)
-	if !ok || tx == nil {
-		return nil, false
+	if tx, ok := wsql.TxFromContext(ctx); ok && tx != nil {
+		return driver.StdSQLTx(tx), true
 	}
-	return driver.StdSQLTx(tx), true
+	return nil, false
 }
