@@ -37,7 +37,6 @@ func (d *Database) Migrations(opts ...MaintenanceOption) ([]Migration, error) {
 	return pt.PartitionedMigrations(c.table, ms)
 }
 
-
 // Migrate creates or upgrades the inbox table that the options name (DefaultTable unless WithTable is given),
 // applying each migration once, and records the applied versions in a table named after it with a _migrations
 // suffix. Many instances may call it at once: a transaction-scoped lock derived from the table name makes them
