@@ -93,8 +93,11 @@ func (w *watchedBatch) unwatch() {
 // asOn returns err, an error of a statement that pgx ran on a context it could not cancel, as pgx would have
 // returned it on ctx: pgx reports a read that a cancellation's deadline cut short as ctx's end.
 func asOn(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err // the common path: the target below escapes, so it is declared only when it is needed
+	}
 	var netErr net.Error
-	if err == nil || ctx.Err() == nil || !errors.As(err, &netErr) || !netErr.Timeout() {
+	if !errors.As(err, &netErr) || !netErr.Timeout() {
 		return err
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
