@@ -35,6 +35,9 @@ const (
 // is missing: the rules mean nothing unchecked.
 func lookPrometheus(t *testing.T, name string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs Prometheus's %s; run without -short", name)
+	}
 	path, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s is not installed; these tests check the alerting rules with Prometheus's own tools "+
