@@ -1,9 +1,12 @@
 package inbox
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/maintain"
 )
 
 // opsStore runs the operations of retention and operations through the database's dialect: the cleanup, the
@@ -16,8 +19,12 @@ type opsStore struct {
 
 func newOpsStore(d dialect.Dialect, table string) *opsStore { return &opsStore{d: d, table: table} }
 
-// cleanupLockName is the cleanup's row in the locks table: one cleanup of the table at a time.
-const cleanupLockName = "cleanup"
+// env is what the maintenance passes of internal/maintain need: the pool, this store's dialect, table and error
+// wrapping, the options' logger.
+func (s *opsStore) env(pool driver.Pool, c config) maintain.Env {
+	return maintain.Env{Pool: pool, Dialect: s.d, Table: s.table, Logger: c.logger, Wrap: s.wrap, Invalid: ErrInvalidOption,
+		ShortTx: func(ctx context.Context, fn func(tx driver.Tx) error) error { return inShortTx(ctx, pool, s.d, fn) }}
+}
 
 // wrap adds the operation and the table to a driver error, and turns "no such table" into ErrSchemaMissing.
 func (s *opsStore) wrap(op string, err error) error {

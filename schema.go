@@ -7,6 +7,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/maintain"
 )
 
 // Migration is one versioned schema change of the inbox table: Version orders migrations and Migrate applies each
@@ -30,7 +31,7 @@ func (d *Database) Migrations(opts ...MaintenanceOption) ([]Migration, error) {
 	if err != nil || c.partitionPeriod == 0 {
 		return ms, err
 	}
-	pt, err := partitioner(d.dialect)
+	pt, err := maintain.Partitioner(d.dialect, ErrInvalidOption)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 	}
 	if c.partitionPeriod > 0 {
 		var pt dialect.Partitioner
-		if pt, err = partitioner(d.dialect); err != nil {
+		if pt, err = maintain.Partitioner(d.dialect, ErrInvalidOption); err != nil {
 			return res, err
 		}
 		if ms, err = pt.PartitionedMigrations(c.table, ms); err != nil {
@@ -84,9 +85,8 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 		// Once the migrations committed: the partitions from a period back to PartitionsAhead ahead.
 		defer func() {
 			if err == nil {
-				_, err = maintainPartitions(ctx, d.pool, d.dialect, c, time.Time{}, func(f func(driver.Tx) error) error {
-					return inShortTx(ctx, d.pool, d.dialect, f)
-				})
+				_, err = maintain.Partitions(ctx, newOpsStore(d.dialect, c.table).env(d.pool, c), c.partitionPeriod,
+					time.Time{}, func(f func(driver.Tx) error) error { return inShortTx(ctx, d.pool, d.dialect, f) })
 			}
 		}()
 	}
