@@ -160,7 +160,8 @@ func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p Cle
 			}
 		},
 	})
-	return CleanupResult(r), err
+	return CleanupResult{Skipped: r.Skipped, Cutoff: r.Cutoff, Deleted: r.Deleted, Batches: r.Batches, Abandoned: r.Abandoned,
+		PartitionsCreated: r.PartitionsCreated, PartitionsDropped: r.PartitionsDropped, Took: r.Took}, err
 }
 
 // CleanerConfig configures a Cleaner.

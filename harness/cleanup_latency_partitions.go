@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"time"
 
 	"github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/maintain"
 )
 
 // latencyPartitionPeriod is the partition drop scenario's WithPartitions period: an hour, so that a day of expired
@@ -64,13 +64,13 @@ func (b *latencyBench) partitionedTable(ctx context.Context, expired, live int) 
 	create := func(oldest, newest float64, ifNotExists bool) (int, error) {
 		n := 0
 		end := now.Add(-time.Duration(newest * float64(time.Second)))
-		for from := latencyPeriodStart(now.Add(-time.Duration(oldest * float64(time.Second)))); from.Before(end); from = from.Add(latencyPartitionPeriod) {
+		for from := maintain.PeriodStart(now.Add(-time.Duration(oldest*float64(time.Second))), latencyPartitionPeriod); from.Before(end); from = from.Add(latencyPartitionPeriod) {
 			q := `CREATE TABLE `
 			if ifNotExists { // Migrate made the partitions of the last hour and of the next two days
 				q += `IF NOT EXISTS `
 			}
-			q += pq.QuoteIdentifier(latencyPartitionName(table, from)) + ` PARTITION OF ` + pq.QuoteIdentifier(table) +
-				` FOR VALUES FROM ('` + latencyUUID7Floor(from) + `') TO ('` + latencyUUID7Floor(from.Add(latencyPartitionPeriod)) + `')`
+			q += pq.QuoteIdentifier(maintain.PartitionName(table, from)) + ` PARTITION OF ` + pq.QuoteIdentifier(table) +
+				` FOR VALUES FROM ('` + maintain.UUID7Floor(from) + `') TO ('` + maintain.UUID7Floor(from.Add(latencyPartitionPeriod)) + `')`
 			if _, err := b.watchDB.ExecContext(ctx, q); err != nil {
 				return n, fmt.Errorf("create a partition of %s: %w", table, err)
 			}
@@ -124,27 +124,4 @@ func (b *latencyBench) expectNoExpired(ctx context.Context, table string) error 
 		return fmt.Errorf("the cleanup left %d expired rows in %s", n, table)
 	}
 	return nil
-}
-
-// latencyPeriodStart, latencyPartitionName and latencyUUID7Floor are how the library names and bounds the
-// partitions of WithPartitions (docs/guides/retention.md): periods counted from the Unix epoch, a partition named by its
-// start in UTC to the minute, bounded by the least UUIDv7 of its start's and its end's millisecond.
-func latencyPeriodStart(t time.Time) time.Time {
-	ms, p := t.UnixMilli(), latencyPartitionPeriod.Milliseconds()
-	return time.UnixMilli(ms - ms%p).UTC()
-}
-
-func latencyPartitionName(table string, from time.Time) string {
-	return table + "_p" + from.UTC().Format("20060102t1504")
-}
-
-func latencyUUID7Floor(t time.Time) string {
-	var b [16]byte
-	ms := uint64(t.UnixMilli())
-	for i := range 6 {
-		b[i] = byte(ms >> (8 * (5 - i)))
-	}
-	b[6], b[8] = 0x70, 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

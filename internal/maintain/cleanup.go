@@ -28,15 +28,13 @@ type CleanupParams struct {
 	Deleted func(ctx context.Context, consumer string, rows int64, batches int, total int64)
 }
 
-// CleanupResult is what a round did (inbox.CleanupResult).
+// CleanupResult is what a round did, as inbox.CleanupResult documents it.
 type CleanupResult struct {
-	Skipped                              bool
-	Cutoff                               time.Time
-	Deleted                              int64
-	Batches                              int
-	PartitionsCreated, PartitionsDropped int
-	Abandoned                            int64
-	Took                                 time.Duration
+	Skipped                                       bool
+	Cutoff                                        time.Time
+	Deleted, Abandoned                            int64
+	Batches, PartitionsCreated, PartitionsDropped int
+	Took                                          time.Duration
 }
 
 // cleanupLockHold is how long the cleanup's lock is held past its last batch: longer than any one batch takes, so
