@@ -192,7 +192,7 @@ type Cleaner struct {
 	cfg   CleanerConfig
 	c     config
 	store *opsStore
-	watch *memoryWatch
+	watch *maintain.Watch
 }
 
 // NewCleaner checks cfg and the options (it reads WithTable, WithLogger, WithObserver and WithPartitions) and
@@ -223,7 +223,7 @@ func (d *Database) NewCleaner(cfg CleanerConfig, opts ...MaintenanceOption) (*Cl
 	}
 	cl := &Cleaner{pool: d.pool, cfg: cfg, c: c, store: newOpsStore(d.dialect, c.table)}
 	if cfg.Window > 0 {
-		cl.watch = newMemoryWatch(cfg.Window)
+		cl.watch = maintain.NewWatch(cfg.Window, ErrShortMemory)
 	}
 	return cl, nil
 }
@@ -260,6 +260,10 @@ func (cl *Cleaner) Round(ctx context.Context) (CleanupResult, error) {
 	if err != nil {
 		return res, err
 	}
-	cl.watch.check(ms, cl.store.table, cl.c.logger)
+	memory := make([]maintain.Memory, len(ms))
+	for i, m := range ms {
+		memory[i] = maintain.Memory{Consumer: m.Consumer, Oldest: m.Oldest, Age: m.Age}
+	}
+	cl.watch.Check(memory, cl.store.table, cl.c.logger)
 	return res, nil
 }

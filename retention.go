@@ -3,11 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/effectively-once/watermill-inbox/driver"
 )
@@ -70,49 +66,4 @@ func (s *opsStore) remembers(ctx context.Context, pool driver.Pool) ([]ConsumerM
 		return nil, s.wrap("read oldest rows", err)
 	}
 	return out, nil
-}
-
-// memoryWatch is the Cleaner's retention alarm. It compares each consumer's memory with the declared window, and
-// raises the alarm only for a consumer it has seen covering the window before: a consumer that started less than
-// the window ago remembers less than the window too, and is no fault. A consumer seen short from the start is
-// noted once at info level instead, since it may also be one whose history was cut before this process started;
-// the oldest-row age metric, kept by Prometheus across restarts, catches that case (docs/guides/retention.md).
-type memoryWatch struct {
-	window  time.Duration
-	mu      sync.Mutex
-	covered map[string]bool // seen remembering at least window
-	noted   map[string]bool // seen short before ever covering, and logged once
-}
-
-func newMemoryWatch(window time.Duration) *memoryWatch {
-	return &memoryWatch{window: window, covered: map[string]bool{}, noted: map[string]bool{}}
-}
-
-// check logs what ms says about the window and returns the consumers whose memory dropped below it.
-func (w *memoryWatch) check(ms []ConsumerMemory, table string, logger watermill.LoggerAdapter) (dropped []ConsumerMemory) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, m := range ms {
-		fields := watermill.LogFields{
-			"table":     table,
-			"consumer":  m.Consumer,
-			"remembers": m.Age.Round(time.Second).String(),
-			"window":    w.window.String(),
-			"oldest":    m.Oldest,
-		}
-		switch {
-		case m.Covers(w.window):
-			w.covered[m.Consumer] = true
-		case w.covered[m.Consumer]:
-			dropped = append(dropped, m)
-			logger.Error("Inbox remembers less than the redelivery window: rows were deleted too early",
-				fmt.Errorf("%w: consumer %s remembers %s, the window is %s", ErrShortMemory, m.Consumer,
-					m.Age.Round(time.Second), w.window), fields)
-		case !w.noted[m.Consumer]:
-			w.noted[m.Consumer] = true
-			logger.Info("Inbox remembers less than the redelivery window for a consumer younger than the window, "+
-				"or whose history was deleted before this cleaner started", fields)
-		}
-	}
-	return dropped
 }
