@@ -12,6 +12,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
+	"github.com/effectively-once/watermill-inbox/internal/readiness"
 )
 
 // Inbox deduplicates the messages of Watermill handlers against a PostgreSQL table. Build one with New and install
@@ -21,7 +22,7 @@ type Inbox struct {
 	db            *Database
 	cfg           config
 	store         *store
-	readiness     readiness
+	readiness     *readiness.Gate[IDType]
 	subscriberTxs subscriberTxs
 	batches       *batch.Engine // batch mode's (WithBatch); nil without it
 	warnedNoDLQ   atomic.Bool   // warnNoDeadLetter has logged
@@ -57,7 +58,7 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 			"save no round trip; it needs pgxinbox over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, and PostgreSQL", ErrInvalidOption)
 	}
 	s := newStore(d.dialect, c.table, d.pool)
-	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: newReadiness(c.table)}, nil
+	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: readiness.New[IDType](c.table)}, nil
 }
 
 // claimsAtCommit reports whether d's transactions can send the claim with COMMIT: its dialect writes the claim as

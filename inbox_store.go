@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
+	"github.com/effectively-once/watermill-inbox/internal/readiness"
 )
 
 // store runs the message path's operations on the inbox table through the database's dialect, which holds their
@@ -42,7 +43,7 @@ func (s *store) consumerID(ctx context.Context, consumer string) (int, error) {
 	if err != nil {
 		switch s.d.Classify(err) {
 		case dialect.NoTable:
-			noteSchemaLost(s.table)
+			readiness.Lost(s.table)
 			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: %w", consumer, s.table, ErrSchemaMissing, err)
 		case dialect.SequenceExhausted:
 			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: every id of %s_consumers is taken by a name "+
@@ -345,7 +346,7 @@ var errStaleConsumer = errors.New("the consumer's id is no longer its own in the
 func (s *store) wrap(op, consumer, id string, err error) error {
 	switch s.d.Classify(err) {
 	case dialect.NoTable:
-		noteSchemaLost(s.table)
+		readiness.Lost(s.table)
 		s.ids.Clear()
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
 	case dialect.IDRefused:

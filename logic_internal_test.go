@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
+	"github.com/effectively-once/watermill-inbox/internal/readiness"
 )
 
 // The tests of this file need no database: they check the logic the middleware runs before and after its SQL, and
@@ -79,7 +80,7 @@ func inboxWith(t *testing.T, opts ...Option) *Inbox {
 	t.Helper()
 	c, err := newConfig(opts)
 	require.NoError(t, err)
-	return &Inbox{cfg: c, store: newStore(postgres.Dialect(), c.table, nil), readiness: newReadiness(c.table)}
+	return &Inbox{cfg: c, store: newStore(postgres.Dialect(), c.table, nil), readiness: readiness.New[IDType](c.table)}
 }
 
 func TestIdentify_ReadsTheEventIDAndRefusesOneItCannotStore(t *testing.T) {

@@ -3,8 +3,6 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -66,66 +64,10 @@ func (i *Inbox) checkHandlerName(msg *message.Message) error {
 	return nil
 }
 
-// readiness is what an Inbox knows of its schema. The first message checks it, and so does the first message after
-// a statement found the table missing; the others read the outcome. No goroutine is involved.
-type readiness struct {
-	turn   chan struct{}               // one check at a time; a channel, so that a waiting message can give up
-	last   atomic.Pointer[schemaCheck] // the outcome of the last check, nil before the first
-	losses *atomic.Uint64              // the table's count of statements that found it missing
-}
-
-// schemaCheck is the outcome of one schema check.
-type schemaCheck struct {
-	idType IDType // message_id's type, when err is nil
-	err    error
-	losses uint64 // the table's loss count when the check began
-}
-
-func newReadiness(table string) readiness {
-	return readiness{turn: make(chan struct{}, 1), losses: schemaLossCounter(table)}
-}
-
-// schemaLosses counts, per table name, the statements that found the table missing. An Inbox compares the count
-// with the one its last check began at, so a table dropped while the process runs is checked again by the next
-// message instead of failing every claim alike. The count is kept by name, not per Inbox, because the statements'
-// error translation knows only the name; an Inbox over a table of the same name in another database then checks
-// once more than it needed to, which is harmless. It holds one counter per table name the process uses.
-var schemaLosses sync.Map // table name -> *atomic.Uint64
-
-func schemaLossCounter(table string) *atomic.Uint64 {
-	c, _ := schemaLosses.LoadOrStore(table, new(atomic.Uint64))
-	return c.(*atomic.Uint64)
-}
-
-// noteSchemaLost tells every Inbox over table to check its schema again.
-func noteSchemaLost(table string) { schemaLossCounter(table).Add(1) }
-
 // schemaReady returns the type of the inbox table's message_id, checking the schema first unless a check passed
-// since the table was last found missing.
+// since the table was last found missing (internal/readiness).
 func (i *Inbox) schemaReady(ctx context.Context) (IDType, error) {
-	r := &i.readiness
-	seen := r.last.Load()
-	if seen != nil && seen.err == nil && seen.losses == r.losses.Load() {
-		return seen.idType, nil
-	}
-	select {
-	case r.turn <- struct{}{}:
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	defer func() { <-r.turn }()
-	// A check that ended while this message waited for its turn answers for it too, so that messages arriving
-	// together make one check, not one each.
-	if cur := r.last.Load(); cur != seen && (cur.err != nil || cur.losses == r.losses.Load()) {
-		return cur.idType, cur.err
-	}
-	losses := r.losses.Load()
-	idType, err := i.checkSchema(ctx)
-	if err != nil && ctx.Err() != nil {
-		return "", err // this message ended, which says nothing about the schema: leave the next one to check
-	}
-	r.last.Store(&schemaCheck{idType: idType, err: err, losses: losses})
-	return idType, err
+	return i.readiness.Ready(ctx, i.checkSchema)
 }
 
 // checkSchema compares the schema with the shape the inbox needs and returns message_id's type. A missing schema,
@@ -174,8 +116,8 @@ func (i *Inbox) inspectSchema(ctx context.Context) (schemaReport, error) {
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the
 // configured one.
 func (i *Inbox) storedIDType() IDType {
-	if c := i.readiness.last.Load(); c != nil && c.err == nil {
-		return c.idType
+	if t, ok := i.readiness.Passed(); ok {
+		return t
 	}
 	return i.cfg.idType
 }
