@@ -95,11 +95,11 @@ type CleanupResult struct {
 // cron (the watermill-inbox CLI's cleanup command does), or let a Cleaner run it.
 //
 // Each batch is its own short transaction, so row locks and WAL bursts stay small and message claims, which insert
-// new keys, are never blocked. On PostgreSQL the round finds, through the BRIN index of migrations/007, the pages
+// new keys, are never blocked. On PostgreSQL the round finds, through the BRIN index of migration 007 (dialect/postgres/migrations), the pages
 // that hold expired rows of any consumer and deletes them window by window in page order, reading each page once,
 // then summarizes those pages' ranges afresh; on MySQL and MariaDB each batch walks one consumer's expired rows
 // oldest first through an index. With WithPartitions the round first creates and drops partitions (see
-// WithPartitions) and then deletes rows of the default partition only. Many instances may call Cleanup at once: a lock row in the table's "_locks" table (migrations/006) lets
+// WithPartitions) and then deletes rows of the default partition only. Many instances may call Cleanup at once: a lock row in the table's "_locks" table (migration 006) lets
 // one of them work, and the others return at once with Skipped set. The lock is held for a time by the database
 // clock and extended with each batch, so a cleaner that dies holds it for a few minutes at most; unlike a session
 // lock it works through a transaction-pooling proxy such as pgbouncer.

@@ -315,7 +315,7 @@ func (b *latencyBench) logf(format string, a ...any) {
 // row. The price is an index packed as a bulk load packs it (leaf pages 90% full rather than about 70%), and
 // expired rows that sit together in the primary key rather than spread through it: a batch's deletes touch fewer
 // pages of the index than they would in production. The table stores the consumer's id and processed_at in minutes
-// since 1970 (migrations/007): the consumer is registered first, and dated back to the oldest row, as the migration
+// since 1970 (migration 007, dialect/postgres/migrations): the consumer is registered first, and dated back to the oldest row, as the migration
 // of an existing table dates it.
 const latencyFillSQL = `WITH consumer AS (
 		INSERT INTO %[2]s (name, created_at) VALUES ($2, now() - make_interval(secs => $3::float8))

@@ -10,7 +10,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Statements of managed partitions (the inbox's partitions.go). DDL takes no parameters: its templates name
+// Statements of managed partitions (internal/maintain/partitions.go). DDL takes no parameters: its templates name
 // {partition}, the partition; {default}, the default partition; and {from} and {to}, the range's bounds, which the
 // inbox made or read from the catalog, and which are checked against partitionBound before they go into a
 // statement.
@@ -50,7 +50,7 @@ const (
 	attachPartitionSQL = `ALTER TABLE "{table}" ATTACH PARTITION "{partition}" FOR VALUES FROM ('{from}') TO ('{to}')`
 
 	// A DETACH takes the whole table's exclusive lock: every claim that arrives while it waits for the claims in
-	// flight waits behind it, so it waits briefly, and the caller tries again (the inbox's partitions.go).
+	// flight waits behind it, so it waits briefly, and the caller tries again (internal/maintain/partitions.go).
 	detachLockTimeoutSQL = `SET LOCAL lock_timeout = '50ms'`
 
 	// The DETACH holds the table's lock until its commit ends; not waiting for the commit's WAL flush shortens the

@@ -115,7 +115,7 @@ type cleanupRound struct {
 	res  *CleanupResult
 	// took is how long the last batch took.
 	took time.Duration
-	// walkOnly is the one partition the walk cleans, with managed partitions (partitions.go): the others are
+	// walkOnly is the one partition the walk cleans, with managed partitions (partitions.go in this package): the others are
 	// dropped whole.
 	walkOnly string
 }
