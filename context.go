@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"sync"
 
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
@@ -17,37 +16,13 @@ const (
 	viewKey
 )
 
-// ownView is, in batch mode, what the handler of a message that goes alone gets from TxFromContext instead of its
-// transaction's own native one: a view that refuses Commit and Rollback, as a batch member's does, so that a
-// handler meets the same rule whether its message was batched or not. It applies to tx only.
-type ownView struct {
-	tx     driver.Tx
-	once   sync.Once
-	native any
-}
-
-// withOwnView returns ctx with the view of tx that a handler in batch mode gets, when the adapter gives views:
-// database/sql's (driver.SharedTx) and pgx's (a driver.Pipeliner).
+// withOwnView returns ctx with the view of tx that the handler of a message that goes alone gets in batch mode
+// (batch.AloneView), when the adapter gives views.
 func withOwnView(ctx context.Context, tx driver.Tx) context.Context {
-	switch tx.(type) {
-	case driver.SharedTx, driver.Pipeliner:
-		return context.WithValue(ctx, viewKey, &ownView{tx: tx})
+	if v := batch.NewAloneView(tx); v != nil {
+		return context.WithValue(ctx, viewKey, v)
 	}
 	return ctx
-}
-
-func (v *ownView) get(ctx context.Context) any {
-	v.once.Do(func() {
-		switch tx := v.tx.(type) {
-		case driver.SharedTx:
-			if view, err := tx.View(ctx); err == nil {
-				v.native = view.Native()
-			}
-		case driver.Pipeliner:
-			v.native = tx.MemberView(batch.NoFirst, func() {}).Native()
-		}
-	})
-	return v.native
 }
 
 func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {
@@ -93,8 +68,8 @@ func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
 // packages build their typed TxFromContext on it, as pgxinbox does.
 func NativeTxFromContext(ctx context.Context) any {
 	if tx, ok := ctx.Value(txKey).(driver.Tx); ok {
-		if v, ok := ctx.Value(viewKey).(*ownView); ok && v.tx == tx {
-			return v.get(ctx)
+		if v, ok := ctx.Value(viewKey).(*batch.AloneView); ok && v.Tx() == tx {
+			return v.Native(ctx)
 		}
 		return tx.Native()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
 	"github.com/effectively-once/watermill-inbox/internal/readiness"
+	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
 // Inbox deduplicates the messages of Watermill handlers against a PostgreSQL table. Build one with New and install
@@ -120,7 +121,7 @@ func (i *Inbox) identify(msg *message.Message) (consumer, id string, err error) 
 // validateID rejects what PostgreSQL's text type cannot hold or an index should not: an ID stored differently from
 // the one sent would deduplicate nothing.
 func (i *Inbox) validateID(id string) error {
-	if problem := textProblem(id, i.cfg.maxIDLength); problem != "" {
+	if problem := text.Problem(id, i.cfg.maxIDLength); problem != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidEventID, problem)
 	}
 	return nil

@@ -89,9 +89,10 @@ func (s *store) claimFresh(ctx context.Context, tx driver.Tx, consumer, id, stat
 	return claimed, nil
 }
 
-// claimBatch claims the sorted, distinct ids of consumer in tx, in one statement where the dialect can, and returns
-// the ones tx now owns.
-func (s *store) claimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
+// ClaimBatch claims a batch's sorted, distinct ids of consumer in tx as applied, 'done', in one statement where
+// the dialect can, and returns the ones tx now owns. It and the methods below, to SaveProduced, are the batch
+// engine's statements (batch.Store), classified as they are without batching.
+func (s *store) ClaimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {
 		return nil, err
@@ -103,26 +104,8 @@ func (s *store) claimBatch(ctx context.Context, tx driver.Tx, consumer string, i
 	return claimed, nil
 }
 
-// readRows returns the rows of consumer and ids that exist, by ID, when the dialect reads many in one statement;
-// ok is false when it does not.
-func (s *store) readRows(ctx context.Context, tx driver.Tx, consumer string, ids []string) (rows map[string]dialect.StoredRow, ok bool, err error) {
-	r, ok := s.d.(dialect.RowsReader)
-	if !ok {
-		return nil, false, nil
-	}
-	cid, err := s.consumerID(ctx, consumer)
-	if err != nil {
-		return nil, true, err
-	}
-	rows, err = r.ReadRows(ctx, tx, dialect.RowsParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids})
-	if err != nil {
-		return nil, true, s.wrap("read rows", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
-	}
-	return rows, true, nil
-}
-
-// unclaim deletes the row tx claimed for (consumer, id) and has not committed.
-func (s *store) unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
+// Unclaim deletes the row tx claimed for (consumer, id) and has not committed: a batch's member gives its claim back.
+func (s *store) Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {
 		return err
@@ -148,9 +131,9 @@ func (s *store) produced(ctx context.Context, q driver.Executor, consumer, id st
 	return state, msgs, err
 }
 
-// holds reports whether tx still has the row of (consumer, id) that it claimed. A batch asks after a member's
+// Holds reports whether tx still has the row of (consumer, id) that it claimed. A batch asks after a member's
 // statement failed; an error is then most often the transaction's own: it can no longer run statements.
-func (s *store) holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error) {
+func (s *store) Holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error) {
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {
 		return false, err
@@ -220,51 +203,33 @@ func (s *store) takeOver(ctx context.Context, tx driver.Tx, consumer, id, state 
 	return took, nil
 }
 
-// savepoint runs one step of the savepoint around a claim in a subscriber's transaction.
-func (s *store) savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error {
+// Savepoint runs one step of the savepoint around a claim in a subscriber's transaction, or a batch's member.
+func (s *store) Savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error {
 	return s.d.Savepoint(ctx, tx, step)
 }
 
-// The batch engine's statements (batch.Store), in a batch's transaction: the message path's, classified as they
-// are without batching.
 var _ batch.Store = (*store)(nil)
 
-// ClaimBatch claims a batch's IDs as applied, 'done' (claimBatch).
-func (s *store) ClaimBatch(ctx context.Context, tx driver.Tx, consumer string, ids []string) ([]string, error) {
-	return s.claimBatch(ctx, tx, consumer, ids)
-}
-
-// ReadFinished returns the rows readRows finds that are 'done' or 'failed': a batch's member whose row is either
-// ends without a transaction of its own; one that lease mode holds or left goes on alone, to take it over or wait.
-func (s *store) ReadFinished(ctx context.Context, tx driver.Tx, consumer string, ids []string) (map[string]dialect.StoredRow, bool, error) {
-	rows, ok, err := s.readRows(ctx, tx, consumer, ids)
-	if !ok || err != nil {
-		return nil, ok, err
+// ReadFinished returns the rows of consumer and ids that are 'done' or 'failed', by ID, when the dialect reads many
+// in one statement (ok is false when it does not): a batch's member whose row is either ends without a transaction
+// of its own; one that lease mode holds or left goes on alone, to take it over or wait.
+func (s *store) ReadFinished(ctx context.Context, tx driver.Tx, consumer string, ids []string) (rows map[string]dialect.StoredRow, ok bool, err error) {
+	r, ok := s.d.(dialect.RowsReader)
+	if !ok {
+		return nil, false, nil
+	}
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return nil, true, err
+	}
+	rows, err = r.ReadRows(ctx, tx, dialect.RowsParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids})
+	if err != nil {
+		return nil, true, s.wrap("read rows", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
 	}
 	maps.DeleteFunc(rows, func(_ string, row dialect.StoredRow) bool {
 		return row.State != stateDone && row.State != stateFailed
 	})
 	return rows, true, nil
-}
-
-// Holds reports whether a batch still has a member's claim (holds).
-func (s *store) Holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error) {
-	return s.holds(ctx, tx, consumer, id)
-}
-
-// Unclaim gives back a member's claim (unclaim).
-func (s *store) Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error {
-	return s.unclaim(ctx, tx, consumer, id)
-}
-
-// SetSavepoint sets the savepoint of a batch's member.
-func (s *store) SetSavepoint(ctx context.Context, tx driver.Tx) error {
-	return s.savepoint(ctx, tx, dialect.SetSavepoint)
-}
-
-// RollbackToSavepoint rolls a batch back to its newest member's savepoint.
-func (s *store) RollbackToSavepoint(ctx context.Context, tx driver.Tx) error {
-	return s.savepoint(ctx, tx, dialect.RollbackSavepoint)
 }
 
 // SaveProduced stores a member's produced messages (saveProduced); ones the database refuses come back unusable,
@@ -363,22 +328,10 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 	return fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, poolerHint(s.d, err))
 }
 
-// leaseClaim is the outcome of a lease-mode claim.
-type leaseClaim struct {
-	claimed   bool   // the caller now holds the lease
-	attempt   int    // claims so far, this one included
-	lastError string // why the previous attempt ended, if one did
-	takeover  bool   // the previous holder's lease had expired
-	// Set when claimed is false:
-	state     string        // the row's state
-	remaining time.Duration // what is left of a live lease
-	produced  []byte        // the produced column of a 'done' row
-}
-
 // claimLease claims the lease of (consumer, id) for token, or reports why it cannot: the claim and, when it took
 // nothing, the read of the row run in one short transaction of their own (see inShortTx). A claim that found its
 // consumer id stale wrote nothing, and goes once more with the id the name has now.
-func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
+func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (dialect.LeaseClaim, error) {
 	c, err := s.claimLeaseOnce(ctx, pool, consumer, id, token, lease)
 	if errors.Is(err, errStaleConsumer) {
 		c, err = s.claimLeaseOnce(ctx, pool, consumer, id, token, lease)
@@ -386,19 +339,18 @@ func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, 
 	return c, err
 }
 
-func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (leaseClaim, error) {
-	var c leaseClaim
+func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (dialect.LeaseClaim, error) {
+	var c dialect.LeaseClaim
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {
 		return c, err
 	}
 	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
-		dc, err := s.d.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
+		var err error
+		c, err = s.d.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
 		if err != nil {
 			return s.wrap("claim lease", consumer, id, err)
 		}
-		c = leaseClaim{claimed: dc.Claimed, attempt: dc.Attempt, lastError: dc.LastError, takeover: dc.Takeover,
-			state: dc.State, remaining: dc.Remaining, produced: dc.Produced}
 		return nil
 	})
 	return c, err

@@ -97,31 +97,31 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	if err != nil {
 		return nil, i.settle(msg, consumer, err)
 	}
-	if !c.claimed {
-		switch c.state {
+	if !c.Claimed {
+		switch c.State {
 		case stateDone:
 			i.cfg.logger.Info("skipped duplicate", fields)
 			ob.skipped()
-			return decodeProduced(consumer, id, c.produced)
+			return decodeProduced(consumer, id, c.Produced)
 		case stateFailed:
 			i.cfg.logger.Info("skipped dead-lettered message", fields)
 			return nil, nil
 		}
 		// The holder may still succeed, or die and let the lease run out: hand the copy back until then.
-		wait := min(max(c.remaining, leaseBusyFloor), leaseBusyCeiling)
+		wait := min(max(c.Remaining, leaseBusyFloor), leaseBusyCeiling)
 		i.cfg.logger.Debug("Inbox lease is held; nacking the copy", fields.Add(watermill.LogFields{"retry_in": wait}))
-		return nil, sleepThen(ctx, wait, fmt.Errorf("%w: %s/%s for %s more", ErrLeaseHeld, consumer, id, c.remaining))
+		return nil, sleepThen(ctx, wait, fmt.Errorf("%w: %s/%s for %s more", ErrLeaseHeld, consumer, id, c.Remaining))
 	}
-	l.attempt, l.lastError = c.attempt, c.lastError
-	if c.takeover {
-		i.cfg.logger.Info("Inbox took over an expired lease", fields.Add(watermill.LogFields{"attempt": c.attempt, "previous_error": c.lastError}))
-		i.cfg.observer.LeaseTakenOver(ctx, LeaseEvent{Consumer: consumer, EventID: id, Mode: ModeLease, Message: msg, Attempt: c.attempt})
+	l.attempt, l.lastError = c.Attempt, c.LastError
+	if c.Takeover {
+		i.cfg.logger.Info("Inbox took over an expired lease", fields.Add(watermill.LogFields{"attempt": c.Attempt, "previous_error": c.LastError}))
+		i.cfg.observer.LeaseTakenOver(ctx, LeaseEvent{Consumer: consumer, EventID: id, Mode: ModeLease, Message: msg, Attempt: c.Attempt})
 	}
-	if c.attempt > i.cfg.maxAttempts { // the holder of the last attempt died
-		return nil, i.exhausted(msg, l, c.lastError)
+	if c.Attempt > i.cfg.maxAttempts { // the holder of the last attempt died
+		return nil, i.exhausted(msg, l, c.LastError)
 	}
 	// The rest of the message's way, its bookkeeping writes included, runs with the context the observer returned.
-	msg.SetContext(ob.claimed(c.attempt))
+	msg.SetContext(ob.claimed(c.Attempt))
 	defer msg.SetContext(ctx)
 	produced, err := i.finishLeased(msg, l, h, ob)
 	ob.finish(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/internal/readiness"
 )
@@ -167,21 +168,21 @@ func TestProducedEncoding_RoundTripsEveryByteWatermillAllows(t *testing.T) {
 
 func TestSchemaReport_NamesAnOldLayoutAndEachDifference(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, schemaReport{idType: IDTypeText}.err("billing_inbox"))
-	missing := schemaReport{missing: true}.err("billing_inbox")
+	require.NoError(t, schemaErr(dialect.SchemaReport{IDType: "text"}, "billing_inbox"))
+	missing := schemaErr(dialect.SchemaReport{Missing: true}, "billing_inbox")
 	require.ErrorIs(t, missing, ErrSchemaMissing)
 	require.ErrorContains(t, missing, "billing_inbox")
 
-	outdated := schemaReport{outdated: true, wrong: []string{"table billing_inbox: column consumer_id does not exist"}}.err("billing_inbox")
+	outdated := schemaErr(dialect.SchemaReport{Outdated: true, Wrong: []string{"table billing_inbox: column consumer_id does not exist"}}, "billing_inbox")
 	require.ErrorIs(t, outdated, ErrSchemaDrift)
 	require.ErrorContains(t, outdated, "table billing_inbox has the layout of an older version of the inbox: run inbox.Migrate",
 		"an old layout is named as such, not as a list of differences")
 
-	absentOnly := schemaReport{absent: []string{"index billing_inbox_processing"}}
-	require.True(t, absentOnly.incomplete(), "whole objects missing: a migration can add them")
-	drift := schemaReport{absent: []string{"index billing_inbox_processing"}, wrong: []string{"column message_id is bigint"}}
-	require.False(t, drift.incomplete(), "a wrong object is left to an operator")
-	err := drift.err("billing_inbox")
+	absentOnly := dialect.SchemaReport{Absent: []string{"index billing_inbox_processing"}}
+	require.True(t, absentOnly.Incomplete(), "whole objects missing: a migration can add them")
+	drift := dialect.SchemaReport{Absent: []string{"index billing_inbox_processing"}, Wrong: []string{"column message_id is bigint"}}
+	require.False(t, drift.Incomplete(), "a wrong object is left to an operator")
+	err := schemaErr(drift, "billing_inbox")
 	require.ErrorIs(t, err, ErrSchemaDrift)
 	require.ErrorContains(t, err, "column message_id is bigint; index billing_inbox_processing")
 }

@@ -227,7 +227,7 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 // 'applying' (migrations/003_applying_guard.up.sql).
 func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
-	if err := i.store.savepoint(ctx, tx, dialect.SetSavepoint); err != nil {
+	if err := i.store.Savepoint(ctx, tx, dialect.SetSavepoint); err != nil {
 		return nil, fmt.Errorf("inbox: savepoint %s/%s: %w", consumer, id, err)
 	}
 	ended := false
@@ -237,9 +237,9 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		}
 		ended = true
 		bg := context.WithoutCancel(ctx)
-		err := i.store.savepoint(bg, tx, dialect.RollbackSavepoint)
+		err := i.store.Savepoint(bg, tx, dialect.RollbackSavepoint)
 		if err == nil {
-			err = i.store.savepoint(bg, tx, dialect.ReleaseSavepoint)
+			err = i.store.Savepoint(bg, tx, dialect.ReleaseSavepoint)
 		}
 		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
 	}
@@ -260,7 +260,7 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		return produced, err
 	}
 	start := time.Now()
-	err = i.store.savepoint(ctx, tx, dialect.ReleaseSavepoint)
+	err = i.store.Savepoint(ctx, tx, dialect.ReleaseSavepoint)
 	ob.commitDone(start, err)
 	if err != nil {
 		err = fmt.Errorf("inbox: release savepoint %s/%s: %w", consumer, id, err)

@@ -6,13 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
 const (
@@ -367,8 +366,8 @@ func buildConfig[O any](opts []O, apply func(O, *config)) (config, error) {
 
 func (c config) validate() error {
 	if c.consumerSet {
-		if problem := textProblem(c.consumer, MaxConsumerLength); problem != "" {
-			return fmt.Errorf("%w: WithConsumer(%s): %s", ErrInvalidOption, quoteShort(c.consumer), problem)
+		if problem := text.Problem(c.consumer, MaxConsumerLength); problem != "" {
+			return fmt.Errorf("%w: WithConsumer(%s): %s", ErrInvalidOption, text.Quote(c.consumer), problem)
 		}
 	}
 	switch {
@@ -413,29 +412,4 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
 	}
 	return nil
-}
-
-// textProblem says why s cannot be stored faithfully in a text column of at most max bytes, or returns "".
-// PostgreSQL's text type refuses NUL bytes and invalid UTF-8; an empty name or ID identifies nothing.
-func textProblem(s string, max int) string {
-	switch {
-	case s == "":
-		return "empty"
-	case len(s) > max:
-		return fmt.Sprintf("%d bytes, over the limit of %d", len(s), max)
-	case !utf8.ValidString(s):
-		return "not valid UTF-8"
-	}
-	if at := strings.IndexByte(s, 0); at >= 0 {
-		return fmt.Sprintf("contains a NUL byte at offset %d", at)
-	}
-	return ""
-}
-
-// quoteShort quotes s for an error message, cut to its first 64 bytes: a name over the limit may be kilobytes long.
-func quoteShort(s string) string {
-	if len(s) <= 64 {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(s[:64]) + "..."
 }

@@ -7,7 +7,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
 // ready holds back, for the reject delay, a message that the inbox cannot apply for reasons that are not the
@@ -57,9 +59,9 @@ func (i *Inbox) checkHandlerName(msg *message.Message) error {
 	if name == "" {
 		return nil // no router: reported as ErrNoConsumer with the message
 	}
-	if problem := textProblem(name, MaxConsumerLength); problem != "" {
+	if problem := text.Problem(name, MaxConsumerLength); problem != "" {
 		return fmt.Errorf("%w: handler name %s cannot be the consumer name: %s; rename the handler, or give WithConsumer",
-			ErrInvalidOption, quoteShort(name), problem)
+			ErrInvalidOption, text.Quote(name), problem)
 	}
 	return nil
 }
@@ -81,7 +83,7 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 	if err != nil {
 		return "", err
 	}
-	if i.cfg.autoMigrate && (report.missing || report.outdated || report.incomplete()) {
+	if i.cfg.autoMigrate && (report.Missing || report.Outdated || report.Incomplete()) {
 		res, err := migrate(ctx, i.db, i.cfg)
 		if err != nil {
 			return "", err
@@ -91,26 +93,25 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 		}
 		report = res.schema
 	}
-	if err := report.err(i.cfg.table); err != nil {
+	if err := schemaErr(report, i.cfg.table); err != nil {
 		return "", err
 	}
-	if i.cfg.idTypeSet && report.idType != i.cfg.idType {
+	if idType := IDType(report.IDType); i.cfg.idTypeSet && idType != i.cfg.idType {
 		return "", fmt.Errorf("%w: WithIDType(%s), but table %s stores message_id as %s: drop the option, which only "+
-			"chooses the type of a new table", ErrInvalidOption, i.cfg.idType, i.cfg.table, report.idType)
+			"chooses the type of a new table", ErrInvalidOption, i.cfg.idType, i.cfg.table, idType)
 	}
-	return report.idType, nil
+	return IDType(report.IDType), nil
 }
 
 // inspectSchema runs the schema check in a read-only transaction of its own, which keeps its statements on one
 // server connection behind a pooler in transaction mode.
-func (i *Inbox) inspectSchema(ctx context.Context) (schemaReport, error) {
+func (i *Inbox) inspectSchema(ctx context.Context) (dialect.SchemaReport, error) {
 	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
 	if err != nil {
-		return schemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
+		return dialect.SchemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
-	r, err := i.store.inspectSchema(ctx, tx)
-	return fromDialectReport(r), err
+	return i.store.inspectSchema(ctx, tx)
 }
 
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the

@@ -65,8 +65,8 @@ func (d *Database) Migrate(ctx context.Context, opts ...MaintenanceOption) error
 
 // migrated is what one run of migrate did and found.
 type migrated struct {
-	from, to int          // the highest applied version before and after
-	schema   schemaReport // the schema it checked, as it commits it
+	from, to int                  // the highest applied version before and after
+	schema   dialect.SchemaReport // the schema it checked, as it commits it
 }
 
 func migrate(ctx context.Context, d *Database, c config) (res migrated, err error) {
@@ -96,13 +96,13 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 		if err != nil {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
-		res.schema = fromDialectReport(r)
-		if res.schema.missing { // only possible when versions were recorded before: the first one creates the table
+		res.schema = r
+		if res.schema.Missing { // only possible when versions were recorded before: the first one creates the table
 			return fmt.Errorf("inbox: migrate: %w: table %s does not exist, but %s records version %d as applied: "+
 				"the table was dropped after it was migrated, and its history with it; drop %s too to create the table again",
 				ErrSchemaDrift, c.table, versions, from, versions)
 		}
-		if err := res.schema.err(c.table); err != nil {
+		if err := schemaErr(res.schema, c.table); err != nil {
 			return fmt.Errorf("inbox: migrate %s: %w", c.table, err)
 		}
 		return nil

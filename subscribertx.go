@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
 // subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction, and
@@ -42,14 +43,14 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 	if joins, name := i.store.joinsSubscriberTx(); !joins {
 		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction the %s inbox "+
 			"cannot join; give WithSubscriberTx(false) to apply its messages in a transaction of the inbox's own",
-			ErrInvalidOption, quoteShort(handler), name)
+			ErrInvalidOption, text.Quote(handler), name)
 	}
 	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, and the inbox has no joiner for its "+
 		"transaction: build the inbox with inbox.New or inbox.Middleware (watermill-sql v3 over database/sql), or "+
 		"give inbox.On the joiner of the subscriber's version (inbox.SQLv3Joiner, pgxinbox.SQLv4Joiner for v4), to "+
 		"apply each message in that transaction; or give WithSubscriberTx(false) to apply it in one of the inbox's "+
 		"own, for a subscriber that reads from another database than the inbox's",
-		ErrInvalidOption, quoteShort(handler))
+		ErrInvalidOption, text.Quote(handler))
 }
 
 // checkJoinedNative refuses a joined transaction that the handler cannot get as its client library's: watermill-sql
@@ -71,7 +72,7 @@ func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
 	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber through its adapter for another client "+
 		"library than the inbox's: the subscriber's transaction is a %T, and the inbox's handlers ask for a %s, so "+
 		"TxFromContext would find none; %s; or give WithSubscriberTx(false) to apply each message in a transaction "+
-		"of the inbox's own", ErrInvalidOption, quoteShort(handler), tx.Native(), nt.NativeType(), fix)
+		"of the inbox's own", ErrInvalidOption, text.Quote(handler), tx.Native(), nt.NativeType(), fix)
 }
 
 // checkJoinedDatabase refuses a joined transaction on another database than the inbox's pool reaches: a subscriber
@@ -103,7 +104,7 @@ func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler s
 		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction is on another "+
 			"database than the inbox's (%s; the inbox's is %s), and the inbox joins that transaction by default: "+
 			"give WithSubscriberTx(false) to apply each message in a transaction of the inbox's own, on its database, "+
-			"or build the inbox over the subscriber's database", ErrInvalidOption, quoteShort(handler), theirs, ours)
+			"or build the inbox over the subscriber's database", ErrInvalidOption, text.Quote(handler), theirs, ours)
 	}
 	i.subscriberTxs.sameDatabase.Store(handler, struct{}{})
 	return nil

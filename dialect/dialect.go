@@ -442,3 +442,6 @@ type SchemaReport struct {
 	// current one.
 	Outdated bool
 }
+
+// Incomplete reports whether only whole objects are missing, which Migrate can add without touching what exists.
+func (r SchemaReport) Incomplete() bool { return len(r.Absent) > 0 && len(r.Wrong) == 0 }

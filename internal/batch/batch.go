@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -296,7 +297,7 @@ func (b *batch) undo(m *member, t *memberTx) {
 			return
 		}
 	} else if t.savepoint {
-		if err := b.store.RollbackToSavepoint(b.ctx, b.tx); err != nil {
+		if err := b.store.Savepoint(b.ctx, b.tx, dialect.RollbackSavepoint); err != nil {
 			b.breaks(fmt.Errorf("inbox: roll back to the savepoint of %s/%s: %w", b.consumer, m.id, err))
 			return
 		}

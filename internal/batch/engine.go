@@ -27,11 +27,10 @@ type Store interface {
 	Holds(ctx context.Context, tx driver.Tx, consumer, id string) (bool, error)
 	// Unclaim deletes the row tx claimed for (consumer, id) and has not committed.
 	Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error
-	// SetSavepoint sets the savepoint of a member, with a statement without arguments run on tx: a driver.Deferrer
-	// holds it back for the member's first statement (see deferring).
-	SetSavepoint(ctx context.Context, tx driver.Tx) error
-	// RollbackToSavepoint rolls tx back to the newest savepoint SetSavepoint set.
-	RollbackToSavepoint(ctx context.Context, tx driver.Tx) error
+	// Savepoint sets a member's savepoint (dialect.SetSavepoint), with a statement without arguments run on tx that
+	// a driver.Deferrer holds back for the member's first statement (see deferring), or rolls tx back to the newest
+	// one (dialect.RollbackSavepoint).
+	Savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error
 	// SaveProduced stores raw, a member's produced messages as Message.Encode made them (nil for none), with the
 	// row claimed in tx. Produced messages the database refuses come back as an error Message.Failed dead-letters.
 	SaveProduced(ctx context.Context, tx driver.Tx, consumer, id string, raw []byte) error

@@ -115,13 +115,8 @@ func (s *fakeStore) Unclaim(_ context.Context, tx driver.Tx, _, id string) error
 	return nil
 }
 
-func (s *fakeStore) SetSavepoint(ctx context.Context, tx driver.Tx) error {
-	_, err := tx.Exec(ctx, "savepoint")
-	return err
-}
-
-func (s *fakeStore) RollbackToSavepoint(ctx context.Context, tx driver.Tx) error {
-	_, err := tx.Exec(ctx, "rollback to savepoint")
+func (s *fakeStore) Savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error {
+	_, err := tx.Exec(ctx, map[dialect.SavepointStep]string{dialect.SetSavepoint: "savepoint", dialect.RollbackSavepoint: "rollback to savepoint"}[step])
 	return err
 }
 

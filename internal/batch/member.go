@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
@@ -74,10 +75,10 @@ func (t *memberTx) hold(withSavepoint bool) {
 		t.b.acquire(t)
 		if withSavepoint && !t.b.solo {
 			if d, ok := t.b.tx.(driver.Deferrer); ok {
-				t.err = t.b.store.SetSavepoint(t.b.ctx, deferring{t.b.tx, d})
+				t.err = t.b.store.Savepoint(t.b.ctx, deferring{t.b.tx, d}, dialect.SetSavepoint)
 				t.deferred = t.err == nil
 			} else {
-				t.err = t.b.store.SetSavepoint(t.b.ctx, t.b.tx)
+				t.err = t.b.store.Savepoint(t.b.ctx, t.b.tx, dialect.SetSavepoint)
 			}
 			t.savepoint = t.err == nil
 		}
@@ -212,4 +213,41 @@ func (b *batch) release(t *memberTx) {
 		l.failed = nil
 	}
 	l.next()
+}
+
+// AloneView is, in batch mode, what the handler of a message that goes alone gets from the inbox's TxFromContext
+// instead of its transaction's own native one: a view that refuses Commit and Rollback, as a batch member's does,
+// so that a handler meets the same rule whether its message was batched or not.
+type AloneView struct {
+	tx     driver.Tx
+	once   sync.Once
+	native any
+}
+
+// NewAloneView returns the view of tx, or nil when the adapter gives none: database/sql's (driver.SharedTx) and
+// pgx's (a driver.Pipeliner) do.
+func NewAloneView(tx driver.Tx) *AloneView {
+	switch tx.(type) {
+	case driver.SharedTx, driver.Pipeliner:
+		return &AloneView{tx: tx}
+	}
+	return nil
+}
+
+// Tx returns the transaction v views.
+func (v *AloneView) Tx() driver.Tx { return v.tx }
+
+// Native returns the view's native transaction, made on the first call; nil when the adapter could not make one.
+func (v *AloneView) Native(ctx context.Context) any {
+	v.once.Do(func() {
+		switch tx := v.tx.(type) {
+		case driver.SharedTx:
+			if view, err := tx.View(ctx); err == nil {
+				v.native = view.Native()
+			}
+		case driver.Pipeliner:
+			v.native = tx.MemberView(NoFirst, func() {}).Native()
+		}
+	})
+	return v.native
 }
