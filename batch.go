@@ -61,6 +61,9 @@ func (m *batchMessage) Claiming() {
 
 func (m *batchMessage) Run(tx driver.Tx) ([]*message.Message, error) {
 	ctx := m.msg.Context()
+	if err := m.i.store.saveFingerprint(ctx, tx, m.consumer, m.id, m.i.fingerprintOf(m.msg)); err != nil {
+		return nil, err
+	}
 	m.msg.SetContext(withClaim(m.ob.claimed(1), tx, m.id))
 	defer m.msg.SetContext(ctx) // the member's part ends with the handler; nothing after it may reach tx
 	return m.ob.run(m.h, m.msg)
@@ -100,8 +103,10 @@ func (m *batchMessage) Skip(row dialect.StoredRow) ([]*message.Message, error) {
 	if err != nil {
 		return m.Alone()
 	}
-	_, err = m.i.skipped(m.msg, m.consumer, m.id, row.State, m.ob)
-	return produced, err
+	if _, err = m.i.skipped(m.msg, m.consumer, m.id, row.State, m.ob, m.i.committedFingerprint(m.msg.Context(), m.consumer, m.id)); err != nil {
+		return nil, m.i.settle(m.msg, m.consumer, err)
+	}
+	return produced, nil
 }
 
 func (m *batchMessage) LogFields() watermill.LogFields { return logFields(m.msg, m.consumer, m.id) }

@@ -85,6 +85,8 @@ func reasonLabel(err error) string {
 		return "no_consumer"
 	case errors.Is(err, ErrProducedUnstorable):
 		return "unstorable_produced"
+	case errors.Is(err, ErrFingerprintConflict):
+		return "fingerprint_conflict"
 	}
 	return "other"
 }

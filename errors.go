@@ -49,6 +49,11 @@ var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
 // after the reject delay.
 var ErrProducedUnstorable = errors.New("inbox: produced messages cannot be stored")
 
+// ErrFingerprintConflict reports, with WithFingerprint, a copy whose event ID was applied before for a message with
+// another fingerprint: the producer reused the ID for another event. The copy is skipped, or dead-lettered with it
+// as the reason when Fingerprint.DeadLetter says so.
+var ErrFingerprintConflict = errors.New("inbox: event ID reused for another message")
+
 // ErrConsumerIDsExhausted reports a new consumer name that the inbox table cannot register because every consumer
 // id is taken: on PostgreSQL each row carries a smallint id of its consumer, 32,767 per table, and a registered
 // name keeps its id for good, running or not (Stats.ConsumerIDsLeft tells how many are left). Consumers registered

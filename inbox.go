@@ -58,6 +58,9 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 		return nil, fmt.Errorf("%w: WithClaimAtCommit: this database cannot send the claim with COMMIT, so the option would "+
 			"save no round trip; it needs pgxinbox over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, and PostgreSQL", ErrInvalidOption)
 	}
+	if _, ok := d.dialect.(dialect.Fingerprinter); c.fingerprint != nil && !ok {
+		return nil, fmt.Errorf("%w: WithFingerprint: the %s inbox cannot store fingerprints", ErrInvalidOption, d.dialect.Name())
+	}
 	s := newStore(d.dialect, c.table, d.pool)
 	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: readiness.New[IDType](c.table)}, nil
 }

@@ -331,15 +331,15 @@ func (s *store) wrap(op, consumer, id string, err error) error {
 // claimLease claims the lease of (consumer, id) for token, or reports why it cannot: the claim and, when it took
 // nothing, the read of the row run in one short transaction of their own (see inShortTx). A claim that found its
 // consumer id stale wrote nothing, and goes once more with the id the name has now.
-func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (dialect.LeaseClaim, error) {
-	c, err := s.claimLeaseOnce(ctx, pool, consumer, id, token, lease)
+func (s *store) claimLease(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration, f []byte) (dialect.LeaseClaim, error) {
+	c, err := s.claimLeaseOnce(ctx, pool, consumer, id, token, lease, f)
 	if errors.Is(err, errStaleConsumer) {
-		c, err = s.claimLeaseOnce(ctx, pool, consumer, id, token, lease)
+		c, err = s.claimLeaseOnce(ctx, pool, consumer, id, token, lease, f)
 	}
 	return c, err
 }
 
-func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration) (dialect.LeaseClaim, error) {
+func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, id, token string, lease time.Duration, f []byte) (dialect.LeaseClaim, error) {
 	var c dialect.LeaseClaim
 	cid, err := s.consumerID(ctx, consumer)
 	if err != nil {
@@ -350,6 +350,9 @@ func (s *store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 		c, err = s.d.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
 		if err != nil {
 			return s.wrap("claim lease", consumer, id, err)
+		}
+		if c.Claimed { // the fingerprint commits with the claim, before the call out (WithFingerprint)
+			return s.saveFingerprint(ctx, tx, consumer, id, f)
 		}
 		return nil
 	})

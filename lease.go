@@ -90,7 +90,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
 	ob := i.observe(msg, consumer, id, ModeLease)
 	ob.claiming()
-	c, err := i.store.claimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease)
+	c, err := i.store.claimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease, i.fingerprintOf(msg))
 	if errors.Is(err, ErrInvalidEventID) {
 		return nil, i.reject(msg, consumer, err)
 	}
@@ -100,6 +100,9 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	if !c.Claimed {
 		switch c.State {
 		case stateDone:
+			if err := i.checkCopy(msg, consumer, id, ModeLease, i.committedFingerprint(ctx, consumer, id)); err != nil {
+				return nil, i.settle(msg, consumer, err)
+			}
 			i.cfg.logger.Info("skipped duplicate", fields)
 			ob.skipped()
 			return decodeProduced(consumer, id, c.Produced)

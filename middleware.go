@@ -154,6 +154,9 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 		}
 	}
 
+	if err := i.store.saveFingerprint(ctx, tx, consumer, id, i.fingerprintOf(msg)); err != nil {
+		return nil, false, err
+	}
 	msg.SetContext(withClaim(ob.claimed(1), tx, id))
 	defer msg.SetContext(ctx) // the transaction ends with this call; nothing after it may reach it
 	produced, err = ob.run(h, msg)
@@ -282,7 +285,11 @@ func (i *Inbox) existing(msg *message.Message, tx driver.Tx, consumer, id, state
 	if err != nil {
 		return false, nil, err
 	}
-	if done, err := i.skipped(msg, consumer, id, current, ob); done {
+	read := func() ([]byte, error) { return i.store.readFingerprint(ctx, tx, consumer, id) }
+	if done, err := i.skipped(msg, consumer, id, current, ob, read); done {
+		if err != nil {
+			produced = nil
+		}
 		return false, produced, err
 	}
 	if current == stateReleased || current == stateProcessing {
@@ -298,11 +305,15 @@ func (i *Inbox) existing(msg *message.Message, tx driver.Tx, consumer, id, state
 	return false, nil, sleepThen(ctx, leaseBusyCeiling, err)
 }
 
-// skipped reports whether a row in state ends the message without running the handler: 'done' (a duplicate) or
-// 'failed' (dead-lettered by lease mode).
-func (i *Inbox) skipped(msg *message.Message, consumer, id, state string, ob *observed) (bool, error) {
+// skipped reports whether a row in state ends the message without running the handler: 'done' (a duplicate, or,
+// with WithFingerprint, another message under a reused ID, which checkCopy reads the fingerprint of with read) or
+// 'failed' (dead-lettered by lease mode). A conflict to dead-letter comes back as an unusable error.
+func (i *Inbox) skipped(msg *message.Message, consumer, id, state string, ob *observed, read func() ([]byte, error)) (bool, error) {
 	switch state {
 	case stateDone:
+		if err := i.checkCopy(msg, consumer, id, ob.mode, read); err != nil {
+			return true, err
+		}
 		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
 		ob.skipped()
 		return true, nil
@@ -327,7 +338,10 @@ func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause e
 	}
 	i.cfg.logger.Debug("Inbox claim conflicts with a row committed after the subscriber's snapshot; read it outside",
 		logFields(msg, consumer, id).Add(watermill.LogFields{"state": state}))
-	if done, err := i.skipped(msg, consumer, id, state, ob); done {
+	if done, err := i.skipped(msg, consumer, id, state, ob, i.committedFingerprint(ctx, consumer, id)); done {
+		if err != nil {
+			produced = nil
+		}
 		return produced, true, err
 	}
 	err = fmt.Errorf("%w: %s/%s is %s, claimed after this subscriber's snapshot", ErrLeaseHeld, consumer, id, state)

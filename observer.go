@@ -46,6 +46,9 @@ type Observer interface {
 	LeaseLost(ctx context.Context, e LeaseEvent)
 	// RowsCleaned is called after a cleanup batch deleted inbox rows of one consumer.
 	RowsCleaned(ctx context.Context, e CleanupEvent)
+	// FingerprintConflict is called, with WithFingerprint, when a copy's event ID was applied before for a message
+	// with another fingerprint: before the copy is skipped (DuplicateSkipped follows) or dead-lettered.
+	FingerprintConflict(ctx context.Context, e ConflictEvent)
 }
 
 // Mode says how the inbox applies a message, for a metric label.
@@ -156,7 +159,7 @@ type DeadLetterEvent struct {
 	// Message is the message itself. Do not change it.
 	Message *message.Message
 	// Reason is a short, bounded label, fit for a metric: "missing_id", "invalid_id", "attempts_exhausted",
-	// "no_consumer", "unstorable_produced" or "other".
+	// "no_consumer", "unstorable_produced", "fingerprint_conflict" or "other".
 	Reason string
 }
 
@@ -233,6 +236,9 @@ func (NopObserver) LeaseLost(context.Context, LeaseEvent) {}
 
 // RowsCleaned does nothing.
 func (NopObserver) RowsCleaned(context.Context, CleanupEvent) {}
+
+// FingerprintConflict does nothing.
+func (NopObserver) FingerprintConflict(context.Context, ConflictEvent) {}
 
 // observed follows one message through the observer, so that its hooks carry the same consumer, ID and mode, and
 // its end events the context Claimed returned.

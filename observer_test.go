@@ -58,6 +58,9 @@ func (o *recordingObserver) LeaseTakenOver(ctx context.Context, e inbox.LeaseEve
 func (o *recordingObserver) LeaseLost(ctx context.Context, e inbox.LeaseEvent) {
 	o.add(ctx, "LeaseLost", e)
 }
+func (o *recordingObserver) FingerprintConflict(ctx context.Context, e inbox.ConflictEvent) {
+	o.add(ctx, "FingerprintConflict", e)
+}
 func (o *recordingObserver) RowsCleaned(ctx context.Context, e inbox.CleanupEvent) {
 	o.add(ctx, "RowsCleaned", e)
 }

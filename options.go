@@ -113,6 +113,7 @@ type config struct {
 	batchSet        bool
 	partitionPeriod time.Duration // 0: the inbox table is not managed as partitions
 	claimAtCommit   bool          // the claim goes with COMMIT (WithClaimAtCommit)
+	fingerprint     *Fingerprint  // nil: no fingerprints (WithFingerprint)
 
 	// Whether the option was given, for the options whose zero value is also a choice.
 	consumerSet    bool
@@ -397,6 +398,10 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithBatch: lease mode runs each message alone; leave out WithBatch or WithLease", ErrInvalidOption)
 	case c.claimAtCommit && c.lease > 0:
 		return fmt.Errorf("%w: WithClaimAtCommit: lease mode records its claim before the call out; leave out one of the two", ErrInvalidOption)
+	case c.claimAtCommit && c.fingerprint != nil:
+		return fmt.Errorf("%w: WithClaimAtCommit: a fingerprint is stored with the claim, which this option sends after the handler; leave out one of the two", ErrInvalidOption)
+	case c.fingerprint != nil && c.fingerprint.DeadLetter && c.dlqPublisher == nil:
+		return fmt.Errorf("%w: WithFingerprint: Fingerprint.DeadLetter needs WithDeadLetter to name where conflicts go", ErrInvalidOption)
 	case c.claimAtCommit && c.batchSet:
 		return fmt.Errorf("%w: WithClaimAtCommit: batch mode claims its messages together, first; leave out one of the two", ErrInvalidOption)
 	case c.batchRunningSet && !c.batchSet:

@@ -29,6 +29,8 @@ func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
 		"AConsumerThatIsNotUTF8":         {inbox.WithConsumer("wallet\xffcredits")},
 		"AConsumerPastTheLimit":          {inbox.WithConsumer(strings.Repeat("c", inbox.MaxConsumerLength+1))},
 		"BatchConcurrencyWithoutBatch":   {inbox.WithBatchConcurrency(2)},
+		"FingerprintsWithClaimAtCommit":  {inbox.WithFingerprint(inbox.Fingerprint{}), inbox.WithClaimAtCommit()},
+		"ConflictsDeadLetteredNowhere":   {inbox.WithFingerprint(inbox.Fingerprint{DeadLetter: true})},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -46,6 +48,10 @@ func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
 			require.ErrorIs(t, panicked, inbox.ErrInvalidOption)
 		})
 	}
+	_, err := inbox.New(db, cases["FingerprintsWithClaimAtCommit"]...)
+	require.ErrorContains(t, err, "a fingerprint is stored with the claim")
+	_, err = inbox.New(db, cases["ConflictsDeadLetteredNowhere"]...)
+	require.ErrorContains(t, err, "Fingerprint.DeadLetter needs WithDeadLetter")
 }
 
 // incompressible returns n random printable bytes: PostgreSQL cannot compress them to make them fit an index.

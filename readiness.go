@@ -111,7 +111,11 @@ func (i *Inbox) inspectSchema(ctx context.Context) (dialect.SchemaReport, error)
 		return dialect.SchemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
-	return i.store.inspectSchema(ctx, tx)
+	r, err := i.store.inspectSchema(ctx, tx)
+	if err == nil {
+		err = inspectFingerprint(ctx, i.store.d, tx, i.cfg, &r)
+	}
+	return r, err
 }
 
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the

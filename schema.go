@@ -96,6 +96,11 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 		if err != nil {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
+		if c.fingerprint != nil && !r.Missing {
+			if err := addFingerprint(ctx, d.dialect, q, c, &r); err != nil {
+				return fmt.Errorf("inbox: migrate: %w", err)
+			}
+		}
 		res.schema = r
 		if res.schema.Missing { // only possible when versions were recorded before: the first one creates the table
 			return fmt.Errorf("inbox: migrate: %w: table %s does not exist, but %s records version %d as applied: "+

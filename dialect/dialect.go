@@ -260,6 +260,31 @@ type AtCommitClaimer interface {
 	ClaimAtCommit(p ClaimParams) (query string, args []any)
 }
 
+// Fingerprinter is implemented by a dialect that can keep, with a message's row, a fingerprint of what the message
+// said (inbox.WithFingerprint), so that a copy can be told from another message that reuses its event ID. The
+// fingerprint has a column of its own, which only the tables of inboxes that use it have: the default layout, and
+// its bytes per row, stay as they are.
+type Fingerprinter interface {
+	// AddFingerprint adds the fingerprint column, NULL in every existing row, to Table when it lacks it, without
+	// rewriting the table. Migrate runs it in its transaction, under its lock.
+	AddFingerprint(ctx context.Context, tx driver.Executor, table string) error
+	// FingerprintColumn reports whether Table has the fingerprint column, and, when it has one of another type than
+	// AddFingerprint makes, what is wrong with it ("" when nothing is).
+	FingerprintColumn(ctx context.Context, q driver.Executor, table string) (present bool, problem string, err error)
+	// SaveFingerprint stores Fingerprint with the row of (Consumer, ID) that the transaction claimed.
+	SaveFingerprint(ctx context.Context, tx driver.Executor, p FingerprintParams) error
+	// ReadFingerprint returns the fingerprint stored with a row, nil for a row written without one, and
+	// driver.ErrNoRows when there is no row.
+	ReadFingerprint(ctx context.Context, q driver.Executor, p RowParams) ([]byte, error)
+}
+
+// FingerprintParams are the inputs of SaveFingerprint.
+type FingerprintParams struct {
+	Table, Consumer, ID string
+	ConsumerID          int // what ConsumerID returned for Consumer
+	Fingerprint         []byte
+}
+
 // ClaimBatchParams are the inputs of ClaimBatch.
 type ClaimBatchParams struct {
 	Table, Consumer string

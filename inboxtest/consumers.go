@@ -71,24 +71,31 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 }
 
 // NackRecorder is an Observer that keeps the events of the messages an inbox nacked or held back, for a test to
-// wait for and read.
+// wait for and read (Events, oldest first).
 type NackRecorder struct {
 	inbox.NopObserver
-	mu    sync.Mutex
-	nacks []inbox.NackEvent
+	recorded[inbox.NackEvent]
 }
 
-func (r *NackRecorder) Nacked(_ context.Context, e inbox.NackEvent) {
+func (r *NackRecorder) Nacked(_ context.Context, e inbox.NackEvent) { r.add(e) }
+
+// recorded keeps the events of one Observer hook.
+type recorded[E any] struct {
+	mu     sync.Mutex
+	events []E
+}
+
+func (r *recorded[E]) add(e E) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.nacks = append(r.nacks, e)
+	r.events = append(r.events, e)
 }
 
 // Events returns the events so far, oldest first.
-func (r *NackRecorder) Events() []inbox.NackEvent {
+func (r *recorded[E]) Events() []E {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]inbox.NackEvent(nil), r.nacks...)
+	return append([]E(nil), r.events...)
 }
 
 func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {

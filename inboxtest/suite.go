@@ -54,4 +54,8 @@ var cases = []struct {
 	{"RemembersReportsEachConsumer", remembers},
 	{"ReplicasRegisteringANewConsumerTogetherUseOneIDForIt", registeringANameDrawsOneID},
 	{"ANewConsumerBeyondTheTablesLastConsumerIDIsHeldBackAndTheOthersGoOn", exhaustedConsumerIDsHoldANewConsumerBack},
+	{"AnEventIDReusedForAnotherMessageIsReportedAndSkippedInEveryMode", aReusedIDIsReportedAndSkipped},
+	{"AnEventIDReusedForAnotherMessageIsDeadLetteredWhenAskedInEveryMode", aReusedIDIsDeadLetteredWhenAsked},
+	{"RowsWrittenWithoutAFingerprintNeverConflict", rowsWithoutAFingerprintNeverConflict},
+	{"RacingMessagesUnderOneEventIDApplyOneAndReportTheOthers", racingReusesApplyOnce},
 }

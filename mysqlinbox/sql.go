@@ -26,6 +26,11 @@ type queries struct {
 	claimMany    string // claimRows', up to its rows
 	claims       sync.Map
 
+	fingerprintAdd    string
+	fingerprintColumn string
+	fingerprintSave   string
+	fingerprintRead   string
+
 	leaseRead     string
 	leaseInsert   string
 	leaseTake     string
@@ -130,6 +135,19 @@ func newQueries(table string) *queries {
 		claimMany:   q(`INSERT INTO {table} (consumer, message_id, state, processed_at) VALUES `),
 
 		saveProduced: q(`INSERT INTO {produced} (consumer, message_id, produced) VALUES (?, ?, ?)`),
+
+		// The fingerprint (inbox.WithFingerprint), in a column only the tables of inboxes that use it have. A
+		// nullable column added last is an instant change on MariaDB 10.3+ and MySQL 8.0.29+: no row is rewritten.
+		// MySQL has no ADD COLUMN IF NOT EXISTS, so the dialect reads the column first (fingerprintColumn) and
+		// adds it only when it is missing, under Migrate's lock. A NULL costs InnoDB's compact row formats one bit
+		// of the null bitmap, which has room for it, so the rows of inboxes without fingerprints never pay.
+		fingerprintAdd: q(`ALTER TABLE {table} ADD COLUMN fingerprint BINARY(8) NULL`),
+		fingerprintColumn: `SELECT COLUMN_TYPE FROM information_schema.COLUMNS
+			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'fingerprint'`,
+		// Right after the claim that inserted the row, in its transaction: the row is its own and locked by it.
+		fingerprintSave: q(`UPDATE {table} SET fingerprint = ? WHERE consumer = ? AND message_id = ?`),
+		// Only on a copy of an applied message, locking as readRow does, for the same reason.
+		fingerprintRead: q(`SELECT fingerprint FROM {table} WHERE consumer = ? AND message_id = ? LOCK IN SHARE MODE`),
 
 		// Takes, for the transaction mode, a row lease mode left free. It always changes state, so the affected
 		// count is 1 exactly when the conditions matched, with or without CLIENT_FOUND_ROWS.

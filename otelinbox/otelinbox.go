@@ -24,6 +24,7 @@
 //	watermill.inbox.lease.takeovers        counter    {inbox.consumer}
 //	watermill.inbox.lease.lost             counter    {inbox.consumer}
 //	watermill.inbox.rows_cleaned           counter    {inbox.consumer, inbox.table}
+//	watermill.inbox.fingerprint_conflicts  counter    {inbox.consumer, inbox.mode, inbox.action}
 package otelinbox
 
 import (
@@ -53,6 +54,7 @@ const (
 	ModeKey     = attribute.Key("inbox.mode")
 	OutcomeKey  = attribute.Key("inbox.outcome")
 	ReasonKey   = attribute.Key("inbox.reason")
+	ActionKey   = attribute.Key("inbox.action")
 	AttemptKey  = attribute.Key("inbox.attempt")
 	TableKey    = attribute.Key("inbox.table")
 	MessageKey  = attribute.Key("messaging.message.id")
@@ -98,7 +100,7 @@ type Observer struct {
 
 	claims, duplicates, commitFailures, finished metric.Int64Counter
 	deadLetters, nacks, takeovers, leasesLost    metric.Int64Counter
-	cleaned                                      metric.Int64Counter
+	cleaned, conflicts                           metric.Int64Counter
 	claimDuration, commitDuration                metric.Float64Histogram
 }
 
@@ -144,6 +146,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.takeovers = counter("watermill.inbox.lease.takeovers", "{lease}", "Expired leases taken over from a holder that died or hung.")
 	o.leasesLost = counter("watermill.inbox.lease.lost", "{lease}", "Holders whose write was refused because their lease had been taken over.")
 	o.cleaned = counter("watermill.inbox.rows_cleaned", "{row}", "Inbox rows deleted by the cleanup.")
+	o.conflicts = counter("watermill.inbox.fingerprint_conflicts", "{message}", "Copies whose event ID was applied before for another message, by what became of them.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, errors.Join(errors.New("otelinbox: create the inbox's instruments"), err)
 	}
@@ -220,6 +223,16 @@ func (o *Observer) LeaseLost(ctx context.Context, e inbox.LeaseEvent) {
 // RowsCleaned adds the rows a cleanup batch deleted.
 func (o *Observer) RowsCleaned(ctx context.Context, e inbox.CleanupEvent) {
 	o.cleaned.Add(ctx, e.Rows, metric.WithAttributes(ConsumerKey.String(e.Consumer), TableKey.String(e.Table)))
+}
+
+// FingerprintConflict counts a copy whose event ID was reused for another message, by what became of it (skipped,
+// dead_lettered).
+func (o *Observer) FingerprintConflict(ctx context.Context, e inbox.ConflictEvent) {
+	action := "skipped"
+	if e.DeadLettered {
+		action = "dead_lettered"
+	}
+	o.conflicts.Add(ctx, 1, metric.WithAttributes(ConsumerKey.String(e.Consumer), ModeKey.String(string(e.Mode)), ActionKey.String(action)))
 }
 
 // start starts a message's span at the given time: a child of the span ctx carries, or else of the trace context

@@ -22,6 +22,7 @@
 //	watermill_inbox_lease_takeovers_total{consumer}                expired leases taken over (lease mode)
 //	watermill_inbox_leases_lost_total{consumer}                    holders whose lease was taken over (lease mode)
 //	watermill_inbox_rows_cleaned_total{consumer}                   rows deleted by the cleanup
+//	watermill_inbox_fingerprint_conflicts_total{consumer,mode,action}  event IDs reused for another message (WithFingerprint)
 //	watermill_inbox_oldest_row_age_seconds{consumer}               how far back the inbox remembers (RegisterOldestRowAge)
 //	watermill_inbox_oldest_row_age_errors_total                    scrapes whose oldest-row query failed
 //	watermill_inbox_redelivery_window_seconds                      the window the inbox must remember (RegisterRedeliveryWindow)
@@ -66,6 +67,7 @@ type Observer struct {
 	takeovers      *prometheus.CounterVec
 	leasesLost     *prometheus.CounterVec
 	cleaned        *prometheus.CounterVec
+	conflicts      *prometheus.CounterVec
 }
 
 var _ inbox.Observer = (*Observer)(nil)
@@ -112,9 +114,12 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 			"Lease-mode holders whose write was refused because their lease had been taken over: their result is lost.", "consumer"),
 		cleaned: counter("watermill_inbox_rows_cleaned_total",
 			"Inbox rows deleted by the cleanup after their retention ran out.", "consumer"),
+		conflicts: counter("watermill_inbox_fingerprint_conflicts_total",
+			"Copies whose event ID was applied before for another message (WithFingerprint), by what became of them "+
+				"(skipped, dead_lettered): the producer reuses IDs.", "consumer", "mode", "action"),
 	}
 	for _, c := range []prometheus.Collector{o.claims, o.claimDuration, o.duplicates, o.commitDuration, o.commitFailures,
-		o.finished, o.deadLetters, o.nacks, o.takeovers, o.leasesLost, o.cleaned} {
+		o.finished, o.deadLetters, o.nacks, o.takeovers, o.leasesLost, o.cleaned, o.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prommetrics: register the inbox's metrics: %w", err)
 		}
@@ -263,4 +268,13 @@ func (c *oldestRowAge) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, m.Age.Seconds(), m.Consumer)
 	}
 	c.errors.Collect(ch)
+}
+
+// FingerprintConflict counts a copy whose event ID was reused for another message, by what became of it.
+func (o *Observer) FingerprintConflict(_ context.Context, e inbox.ConflictEvent) {
+	action := "skipped"
+	if e.DeadLettered {
+		action = "dead_lettered"
+	}
+	o.conflicts.WithLabelValues(e.Consumer, string(e.Mode), action).Inc()
 }

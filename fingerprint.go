@@ -1,0 +1,169 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/fingerprint"
+)
+
+// Fingerprint configures WithFingerprint.
+type Fingerprint struct {
+	// MetadataKeys names the metadata whose values count in a message's fingerprint besides its payload, in this
+	// order; none by default. Name what tells two events apart (an event type, a schema version), never what each
+	// copy gets anew (a trace ID, a delivery count): that would make every copy a conflict.
+	MetadataKeys []string
+	// DeadLetter dead-letters a conflicting copy, with ErrFingerprintConflict as its reason, instead of skipping
+	// it, the default. It needs WithDeadLetter.
+	DeadLetter bool
+}
+
+// WithFingerprint catches a producer that reuses an event ID for another event: an ID built from an order number
+// and sent for "paid" and then "refunded", a counter reset by a restore. The inbox stores with each row a short
+// hash (8 bytes of SHA-256) of the message's payload and of the metadata f names, and compares it with every later
+// copy's. A copy that differs is a conflict: it is logged at ERROR with both fingerprints, reported to
+// Observer.FingerprintConflict (the prommetrics and otelinbox observers count it) and skipped, or dead-lettered
+// when f says so. Off by default.
+//
+// The fingerprint needs a column of its own, which Migrate adds when it is given this option, without rewriting
+// the table (so does the middleware's first message, unless WithAutoMigrate(false)); docs/storage.md measures
+// what it costs per row. Rows written before it have none and are never a conflict. It costs one statement per
+// claimed message, in the claim's transaction, and one per copy of an applied message. It works in transaction,
+// batch and lease mode, and in a joined subscriber's transaction; not with WithClaimAtCommit, whose claim goes
+// after the handler.
+func WithFingerprint(f Fingerprint) SharedOption {
+	f.MetadataKeys = slices.Clone(f.MetadataKeys)
+	return sharedOption(func(c *config) { c.fingerprint = &f })
+}
+
+// ConflictEvent is a copy of an event ID that was applied before for another message (WithFingerprint).
+type ConflictEvent struct {
+	// Consumer is the consumer name the message is applied for.
+	Consumer string
+	// EventID is the reused event ID.
+	EventID string
+	// Mode is how the message is applied.
+	Mode Mode
+	// Message is the copy that conflicts. Do not change it.
+	Message *message.Message
+	// Stored and Received are the fingerprints of the applied message and of this copy, in hexadecimal.
+	Stored, Received string
+	// DeadLettered is true when the copy is dead-lettered, false when it is skipped.
+	DeadLettered bool
+}
+
+// fingerprintOf returns msg's fingerprint, or nil without WithFingerprint.
+func (i *Inbox) fingerprintOf(msg *message.Message) []byte {
+	if i.cfg.fingerprint == nil {
+		return nil
+	}
+	return fingerprint.Of(msg.Payload, msg.Metadata.Get, i.cfg.fingerprint.MetadataKeys)
+}
+
+// checkCopy compares a copy of an applied message with the fingerprint stored with its row, which read returns,
+// and, when they differ, reports the conflict and returns the error that ends the copy: an unusable one, which
+// settle dead-letters, when the options say so; nil when the copy is skipped, as a copy is.
+func (i *Inbox) checkCopy(msg *message.Message, consumer, id string, mode Mode, read func() ([]byte, error)) error {
+	theirs := i.fingerprintOf(msg)
+	if theirs == nil {
+		return nil
+	}
+	stored, err := read()
+	if err != nil {
+		return fmt.Errorf("inbox: read the fingerprint of %s/%s: %w", consumer, id, err)
+	}
+	if !fingerprint.Conflicts(stored, theirs) {
+		return nil
+	}
+	e := ConflictEvent{Consumer: consumer, EventID: id, Mode: mode, Message: msg, Stored: fingerprint.String(stored),
+		Received: fingerprint.String(theirs), DeadLettered: i.cfg.fingerprint.DeadLetter}
+	cause := fmt.Errorf("%w: %s/%s was applied for a message with fingerprint %s, and this one has %s", ErrFingerprintConflict,
+		consumer, id, e.Stored, e.Received)
+	i.cfg.logger.Error("Inbox found an event ID reused for another message", cause, logFields(msg, consumer, id).Add(
+		watermill.LogFields{"stored_fingerprint": e.Stored, "received_fingerprint": e.Received, "dead_lettered": e.DeadLettered}))
+	i.cfg.observer.FingerprintConflict(msg.Context(), e)
+	if e.DeadLettered {
+		return unusable{cause}
+	}
+	return nil
+}
+
+// saveFingerprint stores msg's fingerprint with the row tx claimed, when WithFingerprint is on.
+func (s *store) saveFingerprint(ctx context.Context, tx driver.Executor, consumer, id string, f []byte) error {
+	if f == nil {
+		return nil
+	}
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return err
+	}
+	err = s.d.(dialect.Fingerprinter).SaveFingerprint(ctx, tx, dialect.FingerprintParams{Table: s.table, Consumer: consumer,
+		ConsumerID: cid, ID: id, Fingerprint: f})
+	if err != nil {
+		return s.wrap("store fingerprint", consumer, id, err)
+	}
+	return nil
+}
+
+// readFingerprint returns the fingerprint stored with the row of (consumer, id), read in q.
+func (s *store) readFingerprint(ctx context.Context, q driver.Executor, consumer, id string) ([]byte, error) {
+	cid, err := s.consumerID(ctx, consumer)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.d.(dialect.Fingerprinter).ReadFingerprint(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
+	if err != nil {
+		return nil, s.wrap("read fingerprint", consumer, id, err)
+	}
+	return f, nil
+}
+
+// committedFingerprint returns a read of the fingerprint stored with the row of (consumer, id) in a short
+// transaction of its own, for a copy that has no transaction of the inbox's to read it in.
+func (i *Inbox) committedFingerprint(ctx context.Context, consumer, id string) func() ([]byte, error) {
+	return func() (f []byte, err error) {
+		err = inShortTx(ctx, i.db.pool, i.store.d, func(tx driver.Tx) error {
+			f, err = i.store.readFingerprint(ctx, tx, consumer, id)
+			return err
+		})
+		return f, err
+	}
+}
+
+// addFingerprint adds the fingerprint column to the table c names, in Migrate's transaction q, and checks it into r.
+func addFingerprint(ctx context.Context, d dialect.Dialect, q driver.Executor, c config, r *dialect.SchemaReport) error {
+	fp, ok := d.(dialect.Fingerprinter)
+	if !ok {
+		return fmt.Errorf("%w: WithFingerprint: the %s inbox cannot store fingerprints", ErrInvalidOption, d.Name())
+	}
+	if err := fp.AddFingerprint(ctx, q, c.table); err != nil {
+		return fmt.Errorf("add the fingerprint column to %s: %w", c.table, err)
+	}
+	return inspectFingerprint(ctx, d, q, c, r)
+}
+
+// inspectFingerprint adds to r what WithFingerprint needs of the table and it lacks: the fingerprint column, of
+// its type. A missing column is a whole object that Migrate adds, so the middleware adds it unless
+// WithAutoMigrate(false).
+func inspectFingerprint(ctx context.Context, d dialect.Dialect, q driver.Executor, c config, r *dialect.SchemaReport) error {
+	fp, ok := d.(dialect.Fingerprinter)
+	if c.fingerprint == nil || !ok || r.Missing {
+		return nil
+	}
+	present, problem, err := fp.FingerprintColumn(ctx, q, c.table)
+	switch {
+	case err != nil:
+		return fmt.Errorf("inbox: check the fingerprint column of %s: %w", c.table, err)
+	case !present:
+		r.Absent = append(r.Absent, "table "+c.table+": column fingerprint does not exist, and WithFingerprint needs it: run Migrate with WithFingerprint")
+	case problem != "":
+		r.Wrong = append(r.Wrong, problem)
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+package mysqlinbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+var _ dialect.Fingerprinter = (*mysqlDialect)(nil)
+
+func (m *mysqlDialect) AddFingerprint(ctx context.Context, tx driver.Executor, table string) error {
+	present, _, err := m.FingerprintColumn(ctx, tx, table)
+	if err != nil || present {
+		return err
+	}
+	_, err = tx.Exec(ctx, m.sql(table).fingerprintAdd)
+	return err
+}
+
+func (m *mysqlDialect) FingerprintColumn(ctx context.Context, q driver.Executor, table string) (bool, string, error) {
+	var typ string
+	err := q.QueryRow(ctx, m.sql(table).fingerprintColumn, table).Scan(&typ)
+	switch {
+	case errors.Is(err, driver.ErrNoRows):
+		return false, "", nil
+	case err != nil:
+		return false, "", err
+	case typ != "binary(8)":
+		return true, fmt.Sprintf("table %s: column fingerprint is %s, want binary(8)", table, typ), nil
+	}
+	return true, "", nil
+}
+
+func (m *mysqlDialect) SaveFingerprint(ctx context.Context, tx driver.Executor, p dialect.FingerprintParams) error {
+	_, err := tx.Exec(ctx, m.sql(p.Table).fingerprintSave, p.Fingerprint, p.Consumer, p.ID)
+	return err
+}
+
+func (m *mysqlDialect) ReadFingerprint(ctx context.Context, q driver.Executor, p dialect.RowParams) ([]byte, error) {
+	var f []byte
+	err := q.QueryRow(ctx, m.sql(p.Table).fingerprintRead, p.Consumer, p.ID).Scan(&f)
+	return f, err
+}
