@@ -6,7 +6,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // applyAtCommit applies msg with its claim sent after the handler, in one round trip with COMMIT
@@ -18,7 +20,7 @@ import (
 func (i *Inbox) applyAtCommit(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
 	ob := i.observe(msg, consumer, id, ModeTransaction)
-	claim, args, err := i.store.claimAtCommit(ctx, consumer, id)
+	claim, args, err := i.store.ClaimAtCommit(ctx, consumer, id)
 	if err != nil {
 		return nil, i.settle(msg, consumer, err)
 	}
@@ -28,14 +30,14 @@ func (i *Inbox) applyAtCommit(msg *message.Message, consumer, id string, h messa
 	}
 	cw, ok := tx.(driver.CommitWither)
 	if !ok { // New checked the pool; a transaction that cannot carry the claim goes the usual way
-		i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
+		i.rollbackFailed(msg, consumer, id, "rollback", dialect.RollbackErr(tx.Rollback(ctx)))
 		return i.applyOwnObserved(msg, consumer, id, h, ob)
 	}
 
 	ob.claiming()
 	produced, ran, start, err := i.runThenClaim(msg, consumer, id, h, tx, cw, ob, claim, args)
 	if !ran {
-		i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
+		i.rollbackFailed(msg, consumer, id, "rollback", dialect.RollbackErr(tx.Rollback(ctx)))
 		produced, err = i.applyOwnObserved(msg, consumer, id, h, ob)
 		ob.finish(err) // the usual way finishes only what it claimed; this message was claimed above
 		return produced, err
@@ -60,9 +62,9 @@ func (i *Inbox) runThenClaim(msg *message.Message, consumer, id string, h messag
 		return nil, false, start, err
 	}
 	stampProduced(produced, consumer, id, i.cfg.idKey)
-	raw, err := encodeProduced(consumer, id, produced)
+	raw, err := store.EncodeProduced(consumer, id, produced)
 	if err == nil {
-		err = i.store.saveProduced(ctx, tx, consumer, id, raw)
+		err = i.store.SaveProduced(ctx, tx, consumer, id, raw)
 	}
 	if err != nil {
 		return nil, false, start, err

@@ -12,21 +12,22 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // Batch mode (WithBatch) is group commit: messages of one consumer whose handler calls are in flight together
 // share one transaction, one statement claims all their IDs, each handler runs in a savepoint of its own, and one
 // commit makes them all durable before any of them is acked. The engine in internal/batch forms and runs the
 // batches (its doc.go follows one message through them); this file builds it from the options and gives it what it
-// needs of the inbox: the store (inbox_store.go) and, for each message, a batchMessage.
+// needs of the inbox: the store (internal/store, as batchStore in inbox_store.go) and, for each message, a batchMessage.
 
 // newBatches returns the batch engine of an Inbox with config c over d, or nil when batch mode is off.
-func newBatches(d *Database, c config, s *store) *batch.Engine {
+func newBatches(d *Database, c config, s *store.Store) *batch.Engine {
 	if c.batchSize == 0 {
 		return nil
 	}
 	return batch.New(batch.Config{Size: c.batchSize, Wait: c.batchWait, Concurrency: c.batchRunning,
-		Pool: d.pool, Store: s, Logger: c.logger})
+		Pool: d.pool, Store: batchStore{s}, Logger: c.logger})
 }
 
 // beginOwn begins a message's own transaction; in batch mode, one whose handler gets a view that refuses Commit and
@@ -61,7 +62,7 @@ func (m *batchMessage) Claiming() {
 
 func (m *batchMessage) Run(tx driver.Tx) ([]*message.Message, error) {
 	ctx := m.msg.Context()
-	if err := m.i.store.saveFingerprint(ctx, tx, m.consumer, m.id, m.i.fingerprintOf(m.msg)); err != nil {
+	if err := m.i.store.SaveFingerprint(ctx, tx, m.consumer, m.id, m.i.fingerprintOf(m.msg)); err != nil {
 		return nil, err
 	}
 	m.msg.SetContext(withClaim(m.ob.claimed(1), tx, m.id))
@@ -71,7 +72,7 @@ func (m *batchMessage) Run(tx driver.Tx) ([]*message.Message, error) {
 
 func (m *batchMessage) Encode(produced []*message.Message) ([]byte, error) {
 	stampProduced(produced, m.consumer, m.id, m.i.cfg.idKey)
-	raw, err := encodeProduced(m.consumer, m.id, produced)
+	raw, err := store.EncodeProduced(m.consumer, m.id, produced)
 	if errors.Is(err, ErrProducedUnstorable) {
 		return nil, unusable{err}
 	}
@@ -99,7 +100,7 @@ func (m *batchMessage) Alone() ([]*message.Message, error) {
 }
 
 func (m *batchMessage) Skip(row dialect.StoredRow) ([]*message.Message, error) {
-	produced, err := decodeProduced(m.consumer, m.id, row.Produced)
+	produced, err := store.DecodeProduced(m.consumer, m.id, row.Produced)
 	if err != nil {
 		return m.Alone()
 	}

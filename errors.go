@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // ErrMissingEventID reports a message that carries no event ID: there is nothing to deduplicate on, so the inbox
@@ -14,7 +15,7 @@ var ErrMissingEventID = errors.New("inbox: message has no event ID")
 // ErrInvalidEventID reports an event ID that the inbox cannot store faithfully: empty, longer than the configured
 // maximum, or holding bytes PostgreSQL's text type rejects (NUL, invalid UTF-8). It is handled like
 // ErrMissingEventID.
-var ErrInvalidEventID = errors.New("inbox: invalid event ID")
+var ErrInvalidEventID = store.ErrInvalidEventID
 
 // ErrInvalidOption reports an option that cannot work. It is returned by New and Migrate, and Middleware panics
 // with it, at construction. Two mistakes only show per message, and the middleware then nacks the message after
@@ -30,7 +31,7 @@ var ErrNoConsumer = errors.New("inbox: no consumer name: set WithConsumer or run
 // ErrSchemaMissing reports that the inbox table does not exist: run Migrate, or apply the SQL in
 // dialect/postgres/migrations/. The middleware creates the table itself unless WithAutoMigrate(false) is given; then
 // it nacks each message after the reject delay until the table exists.
-var ErrSchemaMissing = errors.New("inbox: inbox table does not exist (run inbox.Migrate)")
+var ErrSchemaMissing = store.ErrSchemaMissing
 
 // ErrLeaseHeld reports, in lease mode, a message whose lease another consumer holds: it may still succeed, or die
 // and let its lease run out. The middleware returns it, after a delay, so the router nacks the copy for later.
@@ -38,7 +39,7 @@ var ErrLeaseHeld = errors.New("inbox: lease is held by another consumer")
 
 // ErrLeaseLost reports, in lease mode, a holder whose lease was taken over after it expired: its writes to the
 // inbox row are refused, so it cannot overwrite the new holder's state.
-var ErrLeaseLost = errors.New("inbox: lease lost to another consumer")
+var ErrLeaseLost = store.ErrLeaseLost
 
 // ErrAttemptsExhausted reports, in lease mode, a message whose handler failed on every allowed attempt.
 var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
@@ -47,7 +48,7 @@ var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
 // refused the value, or a message is nil). Storing them would fail on every redelivery, so the message is handled
 // like one without a usable event ID: its effect is rolled back and it is dead-lettered with the reason, or nacked
 // after the reject delay.
-var ErrProducedUnstorable = errors.New("inbox: produced messages cannot be stored")
+var ErrProducedUnstorable = store.ErrProducedUnstorable
 
 // ErrFingerprintConflict reports, with WithFingerprint, a copy whose event ID was applied before for a message with
 // another fingerprint: the producer reused the ID for another event. The copy is skipped, or dead-lettered with it
@@ -60,7 +61,7 @@ var ErrFingerprintConflict = errors.New("inbox: event ID reused for another mess
 // before keep working. The middleware nacks the new consumer's messages after the reject delay, never
 // dead-lettering them: give consumers fixed names instead of names made per process or deployment, and a new one a
 // table of its own (WithTable).
-var ErrConsumerIDsExhausted = errors.New("inbox: no consumer id left for a new consumer name")
+var ErrConsumerIDsExhausted = store.ErrConsumerIDsExhausted
 
 // ErrSchemaDrift reports inbox tables that exist but not in the shape the inbox needs: a column of another type, a
 // missing index, a disabled trigger, an inbox table dropped while its migrations table still records it. The error

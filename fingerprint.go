@@ -11,6 +11,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/fingerprint"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // Fingerprint configures WithFingerprint.
@@ -94,42 +95,12 @@ func (i *Inbox) checkCopy(msg *message.Message, consumer, id string, mode Mode, 
 	return nil
 }
 
-// saveFingerprint stores msg's fingerprint with the row tx claimed, when WithFingerprint is on.
-func (s *store) saveFingerprint(ctx context.Context, tx driver.Executor, consumer, id string, f []byte) error {
-	if f == nil {
-		return nil
-	}
-	cid, err := s.consumerID(ctx, consumer)
-	if err != nil {
-		return err
-	}
-	err = s.d.(dialect.Fingerprinter).SaveFingerprint(ctx, tx, dialect.FingerprintParams{Table: s.table, Consumer: consumer,
-		ConsumerID: cid, ID: id, Fingerprint: f})
-	if err != nil {
-		return s.wrap("store fingerprint", consumer, id, err)
-	}
-	return nil
-}
-
-// readFingerprint returns the fingerprint stored with the row of (consumer, id), read in q.
-func (s *store) readFingerprint(ctx context.Context, q driver.Executor, consumer, id string) ([]byte, error) {
-	cid, err := s.consumerID(ctx, consumer)
-	if err != nil {
-		return nil, err
-	}
-	f, err := s.d.(dialect.Fingerprinter).ReadFingerprint(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
-	if err != nil {
-		return nil, s.wrap("read fingerprint", consumer, id, err)
-	}
-	return f, nil
-}
-
 // committedFingerprint returns a read of the fingerprint stored with the row of (consumer, id) in a short
 // transaction of its own, for a copy that has no transaction of the inbox's to read it in.
 func (i *Inbox) committedFingerprint(ctx context.Context, consumer, id string) func() ([]byte, error) {
 	return func() (f []byte, err error) {
-		err = inShortTx(ctx, i.db.pool, i.store.d, func(tx driver.Tx) error {
-			f, err = i.store.readFingerprint(ctx, tx, consumer, id)
+		err = store.InShortTx(ctx, i.db.pool, i.store.Dialect(), func(tx driver.Tx) error {
+			f, err = i.store.ReadFingerprint(ctx, tx, consumer, id)
 			return err
 		})
 		return f, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // ErrNotFound reports that the inbox has no row for a consumer and event ID: the message was never applied, or
@@ -61,7 +62,7 @@ func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Maintenan
 	s := newOpsStore(d.dialect, c.table)
 	var f dialect.Forgotten
 	// Both statements in one short transaction: behind a transaction-pooling proxy each statement must be in one.
-	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+	err = store.InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		var err error
 		f, err = s.d.Forget(ctx, tx, dialect.ForgetParams{Table: c.table, Consumer: p.Consumer, ID: p.ID, Force: p.Force})
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
 	"github.com/effectively-once/watermill-inbox/internal/readiness"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
@@ -22,7 +23,7 @@ import (
 type Inbox struct {
 	db            *Database
 	cfg           config
-	store         *store
+	store         *store.Store
 	readiness     *readiness.Gate[IDType]
 	subscriberTxs subscriberTxs
 	batches       *batch.Engine // batch mode's (WithBatch); nil without it
@@ -61,7 +62,7 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 	if _, ok := d.dialect.(dialect.Fingerprinter); c.fingerprint != nil && !ok {
 		return nil, fmt.Errorf("%w: WithFingerprint: the %s inbox cannot store fingerprints", ErrInvalidOption, d.dialect.Name())
 	}
-	s := newStore(d.dialect, c.table, d.pool)
+	s := store.New(d.dialect, c.table, d.pool)
 	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: readiness.New[IDType](c.table)}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/maintain"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // opsStore runs the operations of retention and operations through the database's dialect: the cleanup, the
@@ -23,7 +24,9 @@ func newOpsStore(d dialect.Dialect, table string) *opsStore { return &opsStore{d
 // wrapping, the options' logger.
 func (s *opsStore) env(pool driver.Pool, c config) maintain.Env {
 	return maintain.Env{Pool: pool, Dialect: s.d, Table: s.table, Logger: c.logger, Wrap: s.wrap, Invalid: ErrInvalidOption,
-		ShortTx: func(ctx context.Context, fn func(tx driver.Tx) error) error { return inShortTx(ctx, pool, s.d, fn) }}
+		ShortTx: func(ctx context.Context, fn func(tx driver.Tx) error) error {
+			return store.InShortTx(ctx, pool, s.d, fn)
+		}}
 }
 
 // wrap adds the operation and the table to a driver error, and turns "no such table" into ErrSchemaMissing.
@@ -31,5 +34,5 @@ func (s *opsStore) wrap(op string, err error) error {
 	if s.d.Classify(err) == dialect.NoTable {
 		return fmt.Errorf("inbox: %s %s: %w: %w", op, s.table, ErrSchemaMissing, err)
 	}
-	return fmt.Errorf("inbox: %s %s: %w", op, s.table, poolerHint(s.d, err))
+	return fmt.Errorf("inbox: %s %s: %w", op, s.table, store.PoolerHint(s.d, err))
 }

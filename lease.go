@@ -11,16 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-)
 
-// States of an inbox row. The transaction mode writes stateDone, or stateApplying inside a transaction it does
-// not commit; lease mode the other four.
-const (
-	stateApplying   = "applying"   // claimed in a foreign transaction, handler still running; never committed
-	stateProcessing = "processing" // a holder runs the handler; its lease ends at locked_until
-	stateReleased   = "released"   // the last attempt failed; the next copy may claim at once
-	stateDone       = "done"       // the effect landed; copies are skipped
-	stateFailed     = "failed"     // dead-lettered after the last attempt; copies are acked without running
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 const (
@@ -79,7 +71,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Lease.Extend(%s): want a positive duration", ErrInvalidOption, d)
 	}
-	return l.inbox.store.fenced(ctx, l.inbox.db.pool, extendLease, l.consumer, l.id, l.token, d.Milliseconds())
+	return l.inbox.store.Fenced(ctx, l.inbox.db.pool, store.ExtendLease, l.consumer, l.id, l.token, d.Milliseconds())
 }
 
 // applyLeased is the path of one message in lease mode: claim, call out, complete; each write of the holder fenced
@@ -90,7 +82,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
 	ob := i.observe(msg, consumer, id, ModeLease)
 	ob.claiming()
-	c, err := i.store.claimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease, i.fingerprintOf(msg))
+	c, err := i.store.ClaimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease, i.fingerprintOf(msg))
 	if errors.Is(err, ErrInvalidEventID) {
 		return nil, i.reject(msg, consumer, err)
 	}
@@ -99,14 +91,14 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	}
 	if !c.Claimed {
 		switch c.State {
-		case stateDone:
+		case store.StateDone:
 			if err := i.checkCopy(msg, consumer, id, ModeLease, i.committedFingerprint(ctx, consumer, id)); err != nil {
 				return nil, i.settle(msg, consumer, err)
 			}
 			i.cfg.logger.Info("skipped duplicate", fields)
 			ob.skipped()
-			return decodeProduced(consumer, id, c.Produced)
-		case stateFailed:
+			return store.DecodeProduced(consumer, id, c.Produced)
+		case store.StateFailed:
 			i.cfg.logger.Info("skipped dead-lettered message", fields)
 			return nil, nil
 		}
@@ -142,10 +134,10 @@ func (i *Inbox) finishLeased(msg *message.Message, l *Lease, h message.HandlerFu
 		return nil, errors.Join(err, i.release(msg, l, err.Error()))
 	}
 	stampProduced(produced, consumer, id, i.cfg.idKey)
-	raw, err := encodeProduced(consumer, id, produced)
+	raw, err := store.EncodeProduced(consumer, id, produced)
 	if err == nil {
 		start := time.Now()
-		err = i.leaseWrite(msg, l, completeLease, raw)
+		err = i.leaseWrite(msg, l, store.CompleteLease, raw)
 		ob.commitDone(start, err)
 	}
 	if errors.Is(err, ErrProducedUnstorable) {
@@ -206,20 +198,20 @@ func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError st
 	i.cfg.logger.Error("Inbox dead-lettered message", cause, fields.Add(watermill.LogFields{"dead_letter_topic": i.cfg.dlqTopic}))
 	// A failure here leaves the row 'processing'. Returning it nacks the message, so a copy comes back, takes the
 	// row over once the lease has run out and dead-letters it again: a duplicate dead letter, never a lost message.
-	return i.leaseWrite(msg, l, failLease, storedError(lastError))
+	return i.leaseWrite(msg, l, store.FailLease, storedError(lastError))
 }
 
 // release hands the lease back after a failed attempt, recording why, so that the next copy may claim at once.
 func (i *Inbox) release(msg *message.Message, l *Lease, reason string) error {
-	return i.leaseWrite(msg, l, releaseLease, storedError(reason))
+	return i.leaseWrite(msg, l, store.ReleaseLease, storedError(reason))
 }
 
 // leaseWrite runs one of the holder's fenced writes, outliving a cancelled message context, and logs a failure as
 // what it is: a lease taken over by another consumer, or a write that failed.
-func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, lop leaseOp, arg any) error {
+func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, lop store.LeaseOp, arg any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), leaseWriteTimeout)
 	defer cancel()
-	err := i.store.fenced(ctx, i.db.pool, lop, l.consumer, l.id, l.token, arg)
+	err := i.store.Fenced(ctx, i.db.pool, lop, l.consumer, l.id, l.token, arg)
 	fields := logFields(msg, l.consumer, l.id).Add(watermill.LogFields{"attempt": l.attempt, "write": lop.String()})
 	switch {
 	case errors.Is(err, ErrLeaseLost):

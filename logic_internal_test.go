@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/internal/readiness"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // The tests of this file need no database: they check the logic the middleware runs before and after its SQL, and
@@ -81,7 +82,7 @@ func inboxWith(t *testing.T, opts ...Option) *Inbox {
 	t.Helper()
 	c, err := newConfig(opts)
 	require.NoError(t, err)
-	return &Inbox{cfg: c, store: newStore(postgres.Dialect(), c.table, nil), readiness: readiness.New[IDType](c.table)}
+	return &Inbox{cfg: c, store: store.New(postgres.Dialect(), c.table, nil), readiness: readiness.New[IDType](c.table)}
 }
 
 func TestIdentify_ReadsTheEventIDAndRefusesOneItCannotStore(t *testing.T) {
@@ -140,9 +141,9 @@ func TestProducedEncoding_RoundTripsEveryByteWatermillAllows(t *testing.T) {
 	first.Metadata.Set("bytes\xfe", "\xff")
 	second := message.NewMessage(ProducedMessageUUID("wallet-credits", "evt-1", 1), nil)
 
-	raw, err := encodeProduced("wallet-credits", "evt-1", []*message.Message{first, second})
+	raw, err := store.EncodeProduced("wallet-credits", "evt-1", []*message.Message{first, second})
 	require.NoError(t, err)
-	got, err := decodeProduced("wallet-credits", "evt-1", raw)
+	got, err := store.DecodeProduced("wallet-credits", "evt-1", raw)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	for i, want := range []*message.Message{first, second} {
@@ -152,17 +153,17 @@ func TestProducedEncoding_RoundTripsEveryByteWatermillAllows(t *testing.T) {
 	}
 	require.NotContains(t, string(raw), "\\u0000", "jsonb refuses NUL: it travels in base64")
 
-	none, err := encodeProduced("wallet-credits", "evt-1", nil)
+	none, err := store.EncodeProduced("wallet-credits", "evt-1", nil)
 	require.NoError(t, err)
 	require.Nil(t, none, "no produced messages store SQL NULL")
-	msgs, err := decodeProduced("wallet-credits", "evt-1", nil)
+	msgs, err := store.DecodeProduced("wallet-credits", "evt-1", nil)
 	require.NoError(t, err)
 	require.Nil(t, msgs)
 
-	_, err = encodeProduced("wallet-credits", "evt-1", []*message.Message{first, nil})
+	_, err = store.EncodeProduced("wallet-credits", "evt-1", []*message.Message{first, nil})
 	require.ErrorIs(t, err, ErrProducedUnstorable)
 	require.ErrorContains(t, err, "message 1 is nil")
-	_, err = decodeProduced("wallet-credits", "evt-1", []byte(`{"not":"a list"}`))
+	_, err = store.DecodeProduced("wallet-credits", "evt-1", []byte(`{"not":"a list"}`))
 	require.ErrorContains(t, err, "decode produced messages of wallet-credits/evt-1")
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // Middleware wraps h so that each message is applied at most once per consumer. The path of one message:
@@ -41,7 +42,7 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		// A consumer's first message registers its name on a connection of its own: before a transaction holds
 		// one, or handlers that each hold one and wait for another would drain the pool for good.
-		if _, err := i.store.consumerID(ctx, consumer); err != nil {
+		if _, err := i.store.ConsumerID(ctx, consumer); err != nil {
 			return nil, i.settle(msg, consumer, err)
 		}
 		if i.cfg.lease > 0 {
@@ -72,12 +73,12 @@ func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h me
 			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
 		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
 	}
-	if errors.Is(err, errStaleConsumer) { // before h ran; the claim goes with the id the name has now
+	if errors.Is(err, store.ErrStaleConsumer) { // before h ran; the claim goes with the id the name has now
 		i.cfg.logger.Info("Inbox registers its consumers again: the consumers table was made anew",
 			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
 		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
 	}
-	if errors.Is(err, errStaleConsumer) { // the new id was stale too: the table is being made anew again
+	if errors.Is(err, store.ErrStaleConsumer) { // the new id was stale too: the table is being made anew again
 		err = i.settle(msg, consumer, err)
 		ob.finish(err)
 	}
@@ -98,14 +99,14 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 	rollback := func() {
 		if !ended {
 			ended = true
-			i.rollbackFailed(msg, consumer, id, "rollback", rollbackErr(tx.Rollback(ctx)))
+			i.rollbackFailed(msg, consumer, id, "rollback", dialect.RollbackErr(tx.Rollback(ctx)))
 		}
 	}
 	defer rollback() // runs on a panic too, so a panicking handler leaves no claim behind
-	produced, skipped, err := i.apply(tx, stateDone, msg, consumer, id, h, ob)
+	produced, skipped, err := i.apply(tx, store.StateDone, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback() // before any wait of settle's, so the claim's lock is not held through it
-		if errors.Is(err, dialect.ErrSessionLost) || errors.Is(err, errStaleConsumer) {
+		if errors.Is(err, dialect.ErrSessionLost) || errors.Is(err, store.ErrStaleConsumer) {
 			return nil, err // applyOwnObserved goes again
 		}
 		err = i.settle(msg, consumer, err)
@@ -137,14 +138,14 @@ func committed(ob *observed, start time.Time, err error, consumer, id string, pr
 func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) (produced []*message.Message, skipped bool, err error) {
 	ctx := msg.Context()
 	ob.claiming()
-	claimed, err := i.store.claim(ctx, tx, consumer, id, state)
-	if errors.Is(err, errStaleConsumer) && state == stateApplying { // a subscriber's snapshot, older than the registration?
-		claimed, err = i.store.claimFresh(ctx, tx, consumer, id, state)
+	claimed, err := i.store.Claim(ctx, tx, consumer, id, state)
+	if errors.Is(err, store.ErrStaleConsumer) && state == store.StateApplying { // a subscriber's snapshot, older than the registration?
+		claimed, err = i.store.ClaimFresh(ctx, tx, consumer, id, state)
 	}
 	switch {
 	case errors.Is(err, ErrInvalidEventID):
 		return nil, true, unusable{err}
-	case err != nil && state == stateApplying && isConflict(err):
+	case err != nil && state == store.StateApplying && store.IsConflict(err):
 		return i.skipCommitted(msg, consumer, id, err, ob)
 	case err != nil:
 		return nil, false, err
@@ -154,7 +155,7 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 		}
 	}
 
-	if err := i.store.saveFingerprint(ctx, tx, consumer, id, i.fingerprintOf(msg)); err != nil {
+	if err := i.store.SaveFingerprint(ctx, tx, consumer, id, i.fingerprintOf(msg)); err != nil {
 		return nil, false, err
 	}
 	msg.SetContext(withClaim(ob.claimed(1), tx, id))
@@ -164,11 +165,11 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 		return nil, false, err
 	}
 	stampProduced(produced, consumer, id, i.cfg.idKey)
-	raw, err := encodeProduced(consumer, id, produced)
-	if err == nil && state == stateApplying {
-		err = i.store.finish(ctx, tx, consumer, id, raw)
+	raw, err := store.EncodeProduced(consumer, id, produced)
+	if err == nil && state == store.StateApplying {
+		err = i.store.Finish(ctx, tx, consumer, id, raw)
 	} else if err == nil {
-		err = i.store.saveProduced(ctx, tx, consumer, id, raw)
+		err = i.store.SaveProduced(ctx, tx, consumer, id, raw)
 	}
 	if errors.Is(err, ErrProducedUnstorable) {
 		return nil, true, unusable{err}
@@ -214,7 +215,7 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 	// and a claim whose retry with the id the name has now found that one stale too (the consumers table is being
 	// made anew again).
 	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted), errors.Is(err, ErrNoTx),
-		errors.Is(err, errStaleConsumer):
+		errors.Is(err, store.ErrStaleConsumer):
 		return i.holdBack(msg, err)
 	}
 	return err
@@ -244,7 +245,7 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		if err == nil {
 			err = i.store.Savepoint(bg, tx, dialect.ReleaseSavepoint)
 		}
-		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", rollbackErr(err))
+		i.rollbackFailed(msg, consumer, id, "rollback to savepoint", dialect.RollbackErr(err))
 	}
 	defer rollback() // runs on a panic too
 	if err := i.checkJoinedDatabase(ctx, tx, message.HandlerNameFromCtx(ctx)); err != nil {
@@ -255,7 +256,7 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 		return nil, err
 	}
 	ob := i.observe(msg, consumer, id, ModeJoined)
-	produced, skipped, err := i.apply(tx, stateApplying, msg, consumer, id, h, ob)
+	produced, skipped, err := i.apply(tx, store.StateApplying, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback()
 		err = i.settle(msg, consumer, err)
@@ -281,19 +282,19 @@ func (i *Inbox) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer
 // other a row it cannot finish. A live lease is waited for.
 func (i *Inbox) existing(msg *message.Message, tx driver.Tx, consumer, id, state string, ob *observed) (claimed bool, produced []*message.Message, err error) {
 	ctx := msg.Context()
-	current, produced, err := i.store.produced(ctx, tx, consumer, id)
+	current, produced, err := i.store.Produced(ctx, tx, consumer, id)
 	if err != nil {
 		return false, nil, err
 	}
-	read := func() ([]byte, error) { return i.store.readFingerprint(ctx, tx, consumer, id) }
+	read := func() ([]byte, error) { return i.store.ReadFingerprint(ctx, tx, consumer, id) }
 	if done, err := i.skipped(msg, consumer, id, current, ob, read); done {
 		if err != nil {
 			produced = nil
 		}
 		return false, produced, err
 	}
-	if current == stateReleased || current == stateProcessing {
-		took, err := i.store.takeOver(ctx, tx, consumer, id, state)
+	if current == store.StateReleased || current == store.StateProcessing {
+		took, err := i.store.TakeOver(ctx, tx, consumer, id, state)
 		if err != nil || took {
 			if took {
 				i.cfg.logger.Info("Inbox took over a row lease mode left", logFields(msg, consumer, id).Add(watermill.LogFields{"state": current}))
@@ -310,14 +311,14 @@ func (i *Inbox) existing(msg *message.Message, tx driver.Tx, consumer, id, state
 // 'failed' (dead-lettered by lease mode). A conflict to dead-letter comes back as an unusable error.
 func (i *Inbox) skipped(msg *message.Message, consumer, id, state string, ob *observed, read func() ([]byte, error)) (bool, error) {
 	switch state {
-	case stateDone:
+	case store.StateDone:
 		if err := i.checkCopy(msg, consumer, id, ob.mode, read); err != nil {
 			return true, err
 		}
 		i.cfg.logger.Info("skipped duplicate", logFields(msg, consumer, id))
 		ob.skipped()
 		return true, nil
-	case stateFailed:
+	case store.StateFailed:
 		i.cfg.logger.Info("skipped dead-lettered message", logFields(msg, consumer, id))
 		return true, nil
 	}
@@ -332,7 +333,7 @@ func (i *Inbox) skipped(msg *message.Message, consumer, id, state string, ob *ob
 // instead: a finished row makes the message a duplicate, as it would be had the other commit come first.
 func (i *Inbox) skipCommitted(msg *message.Message, consumer, id string, cause error, ob *observed) ([]*message.Message, bool, error) {
 	ctx := msg.Context()
-	state, produced, err := i.store.committed(ctx, i.db.pool, consumer, id)
+	state, produced, err := i.store.Committed(ctx, i.db.pool, consumer, id)
 	if err != nil {
 		return nil, false, errors.Join(cause, err)
 	}

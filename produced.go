@@ -2,13 +2,10 @@ package inbox
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/google/uuid"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/effectively-once/watermill-inbox/internal/produced"
 )
 
 // producedNamespace is the name-space UUID of the produced messages' name-based (version 5) UUIDs. It is part of
@@ -49,22 +46,4 @@ func stampProduced(msgs []*message.Message, consumer, id, idKey string) {
 			m.Metadata.Set(idKey, m.UUID)
 		}
 	}
-}
-
-// encodeProduced returns msgs as the produced column keeps them (internal/produced), or nil when there are none.
-func encodeProduced(consumer, id string, msgs []*message.Message) ([]byte, error) {
-	raw, err := produced.Encode(msgs)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: encode produced messages of %s/%s: %w: %w", consumer, id, ErrProducedUnstorable, err)
-	}
-	return raw, nil
-}
-
-// decodeProduced turns the produced column back into messages; nil (SQL NULL, no row) means none.
-func decodeProduced(consumer, id string, raw []byte) ([]*message.Message, error) {
-	msgs, err := produced.Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: decode produced messages of %s/%s: %w", consumer, id, err)
-	}
-	return msgs, nil
 }

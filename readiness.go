@@ -111,9 +111,9 @@ func (i *Inbox) inspectSchema(ctx context.Context) (dialect.SchemaReport, error)
 		return dialect.SchemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // it only read: nothing to keep, and no failure worth reporting
-	r, err := i.store.inspectSchema(ctx, tx)
+	r, err := i.store.InspectSchema(ctx, tx)
 	if err == nil {
-		err = inspectFingerprint(ctx, i.store.d, tx, i.cfg, &r)
+		err = inspectFingerprint(ctx, i.store.Dialect(), tx, i.cfg, &r)
 	}
 	return r, err
 }

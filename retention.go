@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // ErrShortMemory reports a consumer whose inbox remembers less than the redelivery window declared for it: a
@@ -54,7 +55,7 @@ func (d *Database) Remembers(ctx context.Context, opts ...MaintenanceOption) ([]
 
 func (s *opsStore) remembers(ctx context.Context, pool driver.Pool) ([]ConsumerMemory, error) {
 	var out []ConsumerMemory
-	err := inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+	err := store.InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		ms, err := s.d.Remembers(ctx, tx, s.table)
 		out = nil
 		for _, m := range ms {

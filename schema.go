@@ -8,6 +8,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/maintain"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // Migration is one versioned schema change of the inbox table: Version orders migrations and Migrate applies each
@@ -86,7 +87,7 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 		defer func() {
 			if err == nil {
 				_, err = maintain.Partitions(ctx, newOpsStore(d.dialect, c.table).env(d.pool, c), c.partitionPeriod,
-					time.Time{}, func(f func(driver.Tx) error) error { return inShortTx(ctx, d.pool, d.dialect, f) })
+					time.Time{}, func(f func(driver.Tx) error) error { return store.InShortTx(ctx, d.pool, d.dialect, f) })
 			}
 		}()
 	}

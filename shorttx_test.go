@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // pgError is a driver error with a SQLSTATE code, as lib/pq's and pgx's errors have.
@@ -71,13 +72,13 @@ func TestRetryConflicts(t *testing.T) {
 func TestPoolerHint_ExplainsAPreparedStatementAProxyLostOnceHoweverOftenWrapped(t *testing.T) {
 	t.Parallel()
 	for _, code := range []pgError{"26000", "42P05"} {
-		err := poolerHint(postgres.Dialect(), code)
+		err := store.PoolerHint(postgres.Dialect(), code)
 		require.ErrorIs(t, err, code)
 		require.Contains(t, err.Error(), "default_query_exec_mode=cache_describe")
-		again := poolerHint(postgres.Dialect(), fmt.Errorf("inbox: claim: %w", err))
+		again := store.PoolerHint(postgres.Dialect(), fmt.Errorf("inbox: claim: %w", err))
 		require.Equal(t, 1, strings.Count(again.Error(), "transaction-pooling proxy"), "explained once: %v", again)
 	}
 	other := pgError("23505")
-	require.Equal(t, error(other), poolerHint(postgres.Dialect(), other))
-	require.NoError(t, poolerHint(postgres.Dialect(), nil))
+	require.Equal(t, error(other), store.PoolerHint(postgres.Dialect(), other))
+	require.NoError(t, store.PoolerHint(postgres.Dialect(), nil))
 }

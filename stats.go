@@ -9,6 +9,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // Stats is an operator's view of an inbox table, from ReadStats.
@@ -75,7 +76,7 @@ func (d *Database) ReadStats(ctx context.Context, opts ...MaintenanceOption) (St
 	s := newOpsStore(d.dialect, c.table)
 	st := Stats{Table: c.table}
 	var exists bool
-	err = inShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
+	err = store.InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		ds, err := s.d.Stats(ctx, tx, c.table)
 		st = Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes,
 			ConsumerIDs: ds.ConsumerIDs, ConsumerIDsLeft: ds.ConsumerIDsLeft}

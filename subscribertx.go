@@ -40,7 +40,7 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 	if tx, ok := i.db.joined(ctx); ok {
 		return i.checkJoinedNative(tx, handler)
 	}
-	if joins, name := i.store.joinsSubscriberTx(); !joins {
+	if joins, name := i.store.JoinsSubscriberTx(); !joins {
 		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction the %s inbox "+
 			"cannot join; give WithSubscriberTx(false) to apply its messages in a transaction of the inbox's own",
 			ErrInvalidOption, text.Quote(handler), name)
@@ -82,7 +82,7 @@ func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
 // transaction usable; an answer that differs is checked again with the pool's asked anew, in case the server
 // restarted, and is not remembered. A dialect that cannot tell (dialect.Locator) is let be.
 func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
-	loc, ok := i.store.locator()
+	loc, ok := i.store.Locator()
 	if !ok {
 		return nil
 	}

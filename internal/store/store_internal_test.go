@@ -1,4 +1,4 @@
-package inbox
+package store
 
 import (
 	"errors"
@@ -9,9 +9,15 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 )
 
+// pgError is a driver error with a PostgreSQL error code, as the dialect classifies them.
+type pgError string
+
+func (e pgError) Error() string    { return "pg error " + string(e) }
+func (e pgError) SQLState() string { return string(e) }
+
 func TestStoreWrap_BlamesTheEventIDOnlyWhereItIsTheOneUncheckedInput(t *testing.T) {
 	t.Parallel()
-	s := newStore(postgres.Dialect(), "watermill_inbox", nil)
+	s := New(postgres.Dialect(), "watermill_inbox", nil)
 	refusals := []pgError{"22P02", "22021", "54000"}
 
 	for _, op := range []string{"claim", "claim lease"} {

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/effectively-once/watermill-inbox/dialect"
+	"github.com/effectively-once/watermill-inbox/driver"
+)
+
+// The errors the store translates the database's into, for callers to branch on. The inbox package exports them
+// under the same names and documents them there.
+var (
+	ErrSchemaMissing        = errors.New("inbox: inbox table does not exist (run inbox.Migrate)")
+	ErrInvalidEventID       = errors.New("inbox: invalid event ID")
+	ErrLeaseLost            = errors.New("inbox: lease lost to another consumer")
+	ErrProducedUnstorable   = errors.New("inbox: produced messages cannot be stored")
+	ErrConsumerIDsExhausted = errors.New("inbox: no consumer id left for a new consumer name")
+)
+
+// ErrStaleConsumer is a claim that wrote nothing because the consumer's cached id no longer names it: the consumers
+// table was made anew. The ids are forgotten by then, and the message can be claimed again at once, with the id
+// the name has now.
+var ErrStaleConsumer = errors.New("the consumer's id is no longer its own in the consumers table, which was made anew; the id is asked for again")
+
+// Conflict is a statement the database rolled back for a serialization failure: the transaction read a
+// snapshot older than a row it had to write. Its text is the error's own.
+type Conflict struct{ error }
+
+func (e Conflict) Unwrap() error { return e.error }
+
+// IsConflict reports whether err is a Conflict.
+func IsConflict(err error) bool {
+	var c Conflict
+	return errors.As(err, &c)
+}
+
+// InShortTx runs fn in a short transaction of its own, as dialect.InShortTx says (which tells why every statement
+// outside a caller's transaction goes through one), and explains an error a transaction-pooling proxy caused.
+func InShortTx(ctx context.Context, pool driver.Pool, d dialect.Dialect, fn func(tx driver.Tx) error) error {
+	return PoolerHint(d, dialect.InShortTx(ctx, pool, d, fn))
+}
+
+// PoolerHint adds what to do to the error a driver reports when a statement it prepared on one server connection
+// is used on another, which is what a transaction-pooling proxy does to a driver that caches prepared statements.
+func PoolerHint(d dialect.Dialect, err error) error {
+	var hinted pooledStatementError
+	if err == nil || errors.As(err, &hinted) || d.Classify(err) != dialect.StatementMissing {
+		return err
+	}
+	return pooledStatementError{err}
+}
+
+// pooledStatementError is a driver error that PoolerHint explained, once however often the error is wrapped.
+type pooledStatementError struct{ error }
+
+func (e pooledStatementError) Error() string {
+	return e.error.Error() + " (behind a transaction-pooling proxy such as pgbouncer, the driver must not reuse " +
+		"prepared statements across transactions: with pgx v5, set default_query_exec_mode=cache_describe; with " +
+		"pgx v4, statement_cache_mode=describe)"
+}
+
+func (e pooledStatementError) Unwrap() error { return e.error }
