@@ -202,7 +202,25 @@ func guideRetentionPartitions(ctx context.Context, db *sql.DB) error {
 	return err
 }
 
+func guideFingerprints(db *sql.DB, publisher message.Publisher) (*inbox.Inbox, error) {
+	ib, err := inbox.New(db,
+		inbox.WithFingerprint(inbox.Fingerprint{
+			MetadataKeys: []string{"event_type"}, // besides the payload; none by default
+			DeadLetter:   true,                   // default false: skip the conflicting copy
+		}),
+		inbox.WithDeadLetter(publisher, "billing.dead"),
+	)
+	return ib, err
+}
+
+func guideFingerprintsMigrate(ctx context.Context, db *sql.DB) error {
+	err := inbox.OnSQL(db).Migrate(ctx, inbox.WithFingerprint(inbox.Fingerprint{}))
+	return err
+}
+
 var (
 	_ = guideRetentionCleaner
 	_ = guideRetentionPartitions
+	_ = guideFingerprints
+	_ = guideFingerprintsMigrate
 )

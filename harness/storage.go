@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"flag"
@@ -27,6 +28,8 @@ runs VACUUM ANALYZE and reads the sizes from the catalog, for three shapes of ta
   before   this library's table of migrations 001 to 006: consumer names in every row, a B-tree cleanup index
   now      this library's table as Database.Migrate creates it today (001 to 007, the compact layout): consumer
            ids, a one-byte state, minutes, a BRIN cleanup index
+  fingerprint  the now table as Database.Migrate creates it with inbox.WithFingerprint, each row with its
+           message's fingerprint (not measured unless --shapes names it)
 
 The inbox shapes count every relation the library creates for the table: its indexes, and the consumers and
 produced tables with theirs. It prints the median per row of --runs runs as a markdown table, beside the
@@ -103,8 +106,8 @@ func runStorage(args []string) error {
 		return errors.New("storage: want --runs >= 1, --rows >= 1000, --daily > 0 and --days >= 1")
 	}
 	for _, s := range strings.Split(shapes, ",") {
-		if s = strings.TrimSpace(s); s != "article" && s != "before" && s != "now" {
-			return fmt.Errorf("storage: unknown shape %q (want article, before or now)", s)
+		if s = strings.TrimSpace(s); s != "article" && s != "before" && s != "now" && s != "fingerprint" {
+			return fmt.Errorf("storage: unknown shape %q (want article, before, now or fingerprint)", s)
 		}
 		c.shapes = append(c.shapes, strings.TrimSpace(s))
 	}
@@ -243,6 +246,9 @@ func storageCreate(ctx context.Context, db *sql.DB, shape, table, idType string)
 	if err != nil {
 		return nil, err
 	}
+	if shape == "fingerprint" {
+		ms = nil // Migrate below: the migrations and the fingerprint column, as an inbox with the option has them
+	}
 	// Dropped outright: the down migration of 007 would copy every row back into the old layout first.
 	drop = func() {
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + pq.QuoteIdentifier(table+"_produced") + `, ` + pq.QuoteIdentifier(table) + `, ` +
@@ -258,7 +264,11 @@ func storageCreate(ctx context.Context, db *sql.DB, shape, table, idType string)
 			return drop, fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err)
 		}
 	}
-	return drop, nil
+	if shape == "fingerprint" {
+		err = inbox.OnSQL(db).Migrate(ctx, inbox.WithTable(table), inbox.WithIDType(inbox.IDType(idType)),
+			inbox.WithFingerprint(inbox.Fingerprint{}))
+	}
+	return drop, err
 }
 
 // storageFill copies rows rows into table in one transaction, the keys made in Go for every type alike. Each row
@@ -277,7 +287,8 @@ func storageFill(ctx context.Context, db *sql.DB, shape, table, key string, rows
 	}()
 	var consumer any = storageConsumer
 	copySQL := "COPY " + pq.QuoteIdentifier(table) + " (consumer, message_id, processed_at) FROM STDIN"
-	if shape == "now" {
+	compact := shape == "now" || shape == "fingerprint"
+	if compact {
 		var id int
 		if err := tx.QueryRowContext(ctx, `INSERT INTO `+pq.QuoteIdentifier(table+"_consumers")+` (name) VALUES ($1) RETURNING id`,
 			storageConsumer).Scan(&id); err != nil {
@@ -285,6 +296,9 @@ func storageFill(ctx context.Context, db *sql.DB, shape, table, key string, rows
 		}
 		consumer = id
 		copySQL = "COPY " + pq.QuoteIdentifier(table) + " (consumer_id, message_id, processed_at) FROM STDIN"
+	}
+	if shape == "fingerprint" {
+		copySQL = "COPY " + pq.QuoteIdentifier(table) + " (consumer_id, message_id, processed_at, fingerprint) FROM STDIN"
 	}
 	stmt, err := tx.PrepareContext(ctx, copySQL)
 	if err != nil {
@@ -304,10 +318,15 @@ func storageFill(ctx context.Context, db *sql.DB, shape, table, key string, rows
 			id = uuid.NewString() // v4, random: "text" stores the same 36 characters as text
 		}
 		var at any = base.Add(time.Duration(i) * time.Millisecond)
-		if shape == "now" {
+		if compact {
 			at = at.(time.Time).Unix() / 60
 		}
-		if _, err := stmt.ExecContext(ctx, consumer, id, at); err != nil {
+		args := []any{consumer, id, at}
+		if shape == "fingerprint" { // as the inbox computes one: eight bytes of a hash, here of the ID
+			sum := sha256.Sum256([]byte(id))
+			args = append(args, sum[:8])
+		}
+		if _, err := stmt.ExecContext(ctx, args...); err != nil {
 			return err
 		}
 	}
@@ -391,6 +410,22 @@ func storageTable(c storageConfig, version string, med map[string]storageSizes) 
 				"consumers and produced tables", "total", thousands(retained) + " rows"}, rows))
 			b.WriteString("\n")
 		}
+	}
+	if _, ok := med["fingerprint/text"]; ok {
+		b.WriteString("With inbox.WithFingerprint (the fingerprint column, a fingerprint in every row), beside the table without it:\n\n")
+		var rows [][]string
+		for _, k := range storageKeys {
+			m, now := med["fingerprint/"+k], med["now/"+k]
+			extra := ""
+			if _, ok := med["now/"+k]; ok {
+				extra = fmt.Sprintf("%+.1f", m.Total-now.Total)
+			}
+			rows = append(rows, []string{k, storageCell(med, "now/"+k), fmt.Sprintf("%.1f", m.Heap), fmt.Sprintf("%.1f", m.Total),
+				extra, storageGB(c, m.Total)})
+		}
+		b.WriteString(markdownTable([]string{"message_id type", "without (total)", "with: heap", "with: total",
+			"extra bytes per row", thousands(retained) + " rows, with"}, rows))
+		b.WriteString("\n")
 	}
 	if _, ok := med["article/text"]; ok {
 		b.WriteString("The article's table (consumer, message_id, processed_at), ours beside the article's:\n\n")
