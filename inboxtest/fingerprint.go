@@ -124,35 +124,40 @@ func aReusedIDIsDeadLetteredWhenAsked(t *testing.T, conn Conn) {
 }
 
 // rowsWithoutAFingerprintNeverConflict: rows written before the option was turned on have no fingerprint, and a
-// copy of them is a plain duplicate, whatever it says. The first message of the inbox with the option adds the
-// column (WithAutoMigrate's default); a message applied after that is fingerprinted.
+// copy of them is a plain duplicate, whatever it says, in every mode. The first message of the inbox with the
+// option adds the column (WithAutoMigrate's default); a message applied after that is fingerprinted.
 func rowsWithoutAFingerprintNeverConflict(t *testing.T, conn Conn) {
-	b := newBundle(t, conn, true)
+	for mode, opts := range fingerprintModes {
+		t.Run(mode, func(t *testing.T) {
+			b := newBundle(t, conn, true)
+			var calls atomic.Int64
+			_, err := b.inbox(t, opts...).Middleware(b.effect(mode, &calls))(typed("evt-1", "paid"))
+			require.NoError(t, err)
+
+			obs := &conflicts{}
+			h := b.inbox(t, append(opts, inbox.WithFingerprint(inbox.Fingerprint{MetadataKeys: []string{"type"}}),
+				inbox.WithObserver(obs))...).Middleware(b.effect(mode, &calls))
+			_, err = h(typed("evt-1", "refunded"))
+			require.NoError(t, err)
+			require.Empty(t, obs.Events(), "the row has no fingerprint: the copy is a duplicate")
+			require.Equal(t, 1, b.logs.Count("skipped duplicate"))
+
+			_, err = h(typed("evt-2", "paid"))
+			require.NoError(t, err)
+			_, err = h(typed("evt-2", "refunded"))
+			require.NoError(t, err)
+			require.Len(t, obs.Events(), 1, "a row written with the option has a fingerprint")
+			require.EqualValues(t, 2, calls.Load())
+			require.EqualValues(t, 200, b.balance(t))
+		})
+	}
+
 	var calls atomic.Int64
-	_, err := b.inbox(t).Middleware(b.credit(100, &calls))(typed("evt-1", "paid"))
-	require.NoError(t, err)
-
-	obs := &conflicts{}
-	h := b.inbox(t, inbox.WithFingerprint(inbox.Fingerprint{MetadataKeys: []string{"type"}}), inbox.WithObserver(obs)).
-		Middleware(b.credit(100, &calls))
-	_, err = h(typed("evt-1", "refunded"))
-	require.NoError(t, err)
-	require.Empty(t, obs.Events(), "the row has no fingerprint: the copy is a duplicate")
-	require.Equal(t, 1, b.logs.Count("skipped duplicate"))
-
-	_, err = h(typed("evt-2", "paid"))
-	require.NoError(t, err)
-	_, err = h(typed("evt-2", "refunded"))
-	require.NoError(t, err)
-	require.Len(t, obs.Events(), 1, "a row written with the option has a fingerprint")
-	require.EqualValues(t, 2, calls.Load())
-	require.EqualValues(t, 200, b.balance(t))
-
 	// An inbox that may not migrate, over a table that lacks the column, holds its messages back naming it.
 	fresh := newBundle(t, conn, true)
 	ib := fresh.inbox(t, inbox.WithFingerprint(inbox.Fingerprint{}), inbox.WithAutoMigrate(false),
 		inbox.WithRejectDelay(time.Millisecond))
-	_, err = ib.Middleware(fresh.credit(1, &calls))(typed("evt-1", "paid"))
+	_, err := ib.Middleware(fresh.credit(1, &calls))(typed("evt-1", "paid"))
 	require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 	require.ErrorContains(t, err, "column fingerprint")
 	for range 2 {
