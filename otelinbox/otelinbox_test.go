@@ -218,6 +218,14 @@ func TestObserver_RecordsMetricsForTheInboxsEvents(t *testing.T) {
 	}
 	_, err := b.inbox(t, inbox.WithRejectDelay(time.Millisecond)).Middleware(noop)(message.NewMessage(watermill.NewUUID(), nil))
 	require.ErrorIs(t, err, inbox.ErrMissingEventID)
+	// A reused event ID under fingerprints: evt-3 says "paid", then "refunded", which is skipped and reported.
+	fingerprinted := b.inbox(t, inbox.WithFingerprint(inbox.Fingerprint{})).Middleware(noop)
+	for _, payload := range []string{"paid", "refunded"} {
+		msg := newMsg("evt-3", false)
+		msg.Payload = []byte(payload)
+		_, err = fingerprinted(msg)
+		require.NoError(t, err)
+	}
 	// Seven rows of a consumer no process runs, written 30 days ago (minutes since 1970, as the table stores them).
 	_, err = b.db.Exec(`WITH c AS (
 			INSERT INTO ` + b.table + `_consumers (name) VALUES ('archive')
@@ -256,11 +264,12 @@ func TestObserver_RecordsMetricsForTheInboxsEvents(t *testing.T) {
 		return s.Equivalent()
 	}
 	wallet := []attribute.KeyValue{otelinbox.ConsumerKey.String("wallet-credits"), otelinbox.ModeKey.String("transaction")}
-	require.Equal(t, 2.0, got["watermill.inbox.claims"][set(wallet...)])
-	require.Equal(t, 1.0, got["watermill.inbox.duplicates_skipped"][set(wallet...)])
-	require.Equal(t, 3.0, got["watermill.inbox.claim.duration"][set(wallet...)])
-	require.Equal(t, 2.0, got["watermill.inbox.commit.duration"][set(wallet...)])
-	require.Equal(t, 2.0, got["watermill.inbox.finished"][set(append(wallet, otelinbox.OutcomeKey.String("committed"))...)])
+	require.Equal(t, 3.0, got["watermill.inbox.claims"][set(wallet...)])
+	require.Equal(t, 2.0, got["watermill.inbox.duplicates_skipped"][set(wallet...)], "a copy, and the skipped conflict")
+	require.Equal(t, 5.0, got["watermill.inbox.claim.duration"][set(wallet...)])
+	require.Equal(t, 3.0, got["watermill.inbox.commit.duration"][set(wallet...)])
+	require.Equal(t, 3.0, got["watermill.inbox.finished"][set(append(wallet, otelinbox.OutcomeKey.String("committed"))...)])
+	require.Equal(t, 1.0, got["watermill.inbox.fingerprint_conflicts"][set(append(wallet, otelinbox.ActionKey.String("skipped"))...)])
 	require.Equal(t, 1.0, got["watermill.inbox.nacks"][set(otelinbox.ConsumerKey.String("wallet-credits"), otelinbox.ReasonKey.String("missing_id"))])
 	require.Equal(t, 7.0, got["watermill.inbox.rows_cleaned"][set(otelinbox.ConsumerKey.String("archive"), otelinbox.TableKey.String(b.table))])
 }

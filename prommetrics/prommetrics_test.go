@@ -109,6 +109,17 @@ func TestObserver_ExportsEveryEventOfRealInboxWorkOnTheGivenRegistry(t *testing.
 	_, err = ib.Middleware(noop)(message.NewMessage(watermill.NewUUID(), nil))
 	require.ErrorIs(t, err, inbox.ErrMissingEventID)
 
+	// A reused event ID, with fingerprints: the second message under evt-9 says something else, and is dead-lettered.
+	ib, err = inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"), inbox.WithObserver(obs),
+		inbox.WithDeadLetter(deadLetters{}, "dlq"), inbox.WithFingerprint(inbox.Fingerprint{DeadLetter: true}))
+	require.NoError(t, err)
+	for _, payload := range []string{"paid", "refunded"} {
+		msg := msgWithID("evt-9")
+		msg.Payload = []byte(payload)
+		_, err := ib.Middleware(noop)(msg)
+		require.NoError(t, err)
+	}
+
 	// Lease mode: a takeover of a dead holder's lease, and a holder that loses its lease to another.
 	ib, err = inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("payments"), inbox.WithObserver(obs),
 		inbox.WithLease(time.Minute))
@@ -138,15 +149,17 @@ func TestObserver_ExportsEveryEventOfRealInboxWorkOnTheGivenRegistry(t *testing.
 		t.Helper()
 		return sample(t, reg, name, labels)
 	}
-	require.Equal(t, 2.0, value("watermill_inbox_claims_total", "consumer", "wallet-credits", "mode", "transaction"))
+	require.Equal(t, 3.0, value("watermill_inbox_claims_total", "consumer", "wallet-credits", "mode", "transaction"))
 	require.Equal(t, 2.0, value("watermill_inbox_claims_total", "consumer", "payments", "mode", "lease"))
 	require.Equal(t, 1.0, value("watermill_inbox_duplicates_skipped_total", "consumer", "wallet-credits", "mode", "transaction"))
-	require.Equal(t, 3.0, value("watermill_inbox_claim_duration_seconds", "consumer", "wallet-credits", "mode", "transaction"),
+	require.Equal(t, 4.0, value("watermill_inbox_claim_duration_seconds", "consumer", "wallet-credits", "mode", "transaction"),
 		"claims and duplicates are timed alike")
-	require.Equal(t, 2.0, value("watermill_inbox_commit_duration_seconds", "consumer", "wallet-credits", "mode", "transaction"))
+	require.Equal(t, 3.0, value("watermill_inbox_commit_duration_seconds", "consumer", "wallet-credits", "mode", "transaction"))
 	require.Equal(t, 2.0, value("watermill_inbox_commit_duration_seconds", "consumer", "payments", "mode", "lease"))
 	require.Equal(t, 1.0, value("watermill_inbox_commit_failures_total", "consumer", "payments", "mode", "lease"))
-	require.Equal(t, 2.0, value("watermill_inbox_finished_total", "consumer", "wallet-credits", "mode", "transaction", "outcome", "committed"))
+	require.Equal(t, 3.0, value("watermill_inbox_finished_total", "consumer", "wallet-credits", "mode", "transaction", "outcome", "committed"))
+	require.Equal(t, 1.0, value("watermill_inbox_fingerprint_conflicts_total", "action", "dead_lettered", "consumer", "wallet-credits", "mode", "transaction"))
+	require.Equal(t, 1.0, value("watermill_inbox_dead_letters_total", "consumer", "wallet-credits", "reason", "fingerprint_conflict"))
 	require.Equal(t, 1.0, value("watermill_inbox_finished_total", "consumer", "payments", "mode", "lease", "outcome", "committed"))
 	require.Equal(t, 1.0, value("watermill_inbox_finished_total", "consumer", "payments", "mode", "lease", "outcome", "lease_lost"))
 	require.Equal(t, 1.0, value("watermill_inbox_dead_letters_total", "consumer", "wallet-credits", "reason", "missing_id"))
