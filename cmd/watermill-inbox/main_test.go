@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build the CLI: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres"))
+	code := inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres"), inboxtest.MySQLDatabase())
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
