@@ -13,14 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // composeRouter runs a router over a fresh gochannel with the given middlewares, first added outermost, and a
 // handler on topic "deposits"; it returns the pub/sub to publish to and the poison queue's publisher.
-func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerMiddleware) []message.HandlerMiddleware, h message.NoPublishHandlerFunc) (*recordingPublisher, func(*message.Message)) {
+func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerMiddleware) []message.HandlerMiddleware, h message.NoPublishHandlerFunc) (*inboxtest.RecordingPublisher, func(*message.Message)) {
 	t.Helper()
 	pubsub := newGoChannel(t)
-	poisoned := &recordingPublisher{}
+	poisoned := &inboxtest.RecordingPublisher{}
 	poison, err := middleware.PoisonQueue(poisoned, "deposits.poison")
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -74,7 +75,7 @@ func TestComposition(t *testing.T) {
 		require.Equal(t, []string{"22012", "22012"}, states, "each retry starts clean: only the division fails")
 		require.Equal(t, 100, b.balance(t))
 		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-		require.Empty(t, poisoned.messages("deposits.poison"))
+		require.Empty(t, poisoned.Messages("deposits.poison"))
 	})
 
 	t.Run("InboxOutsideRetryRetriesInAnAbortedTransaction", func(t *testing.T) {
@@ -92,7 +93,7 @@ func TestComposition(t *testing.T) {
 		require.EqualValues(t, 3, calls.Load())
 		require.Equal(t, []string{"22012", "25P02", "25P02"}, states)
 		require.Equal(t, 0, b.balance(t))
-		require.Len(t, poisoned.messages("deposits.poison"), 1)
+		require.Len(t, poisoned.Messages("deposits.poison"), 1)
 	})
 
 	t.Run("PoisonQueueOutsideTheInboxParksAFailingMessageWithNothingApplied", func(t *testing.T) {
@@ -110,7 +111,7 @@ func TestComposition(t *testing.T) {
 		publish(newMsg("evt-1")) // returns after the ack that follows the poison-queue publish
 
 		require.EqualValues(t, 3, calls.Load())
-		parked := poisoned.messages("deposits.poison")
+		parked := poisoned.Messages("deposits.poison")
 		require.Len(t, parked, 1)
 		require.Equal(t, "account is frozen", parked[0].Metadata.Get(middleware.ReasonForPoisonedKey))
 		require.Equal(t, 0, b.balance(t))

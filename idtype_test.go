@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // uuidBundle is a bundle whose inbox table was created with a uuid message_id.
@@ -64,7 +65,7 @@ func TestIDTypeUUID(t *testing.T) {
 	t.Run("ANonUUIDIDIsDeadLetteredNotRetried", func(t *testing.T) {
 		t.Parallel()
 		b := uuidBundle(t)
-		dlq := &recordingPublisher{}
+		dlq := &inboxtest.RecordingPublisher{}
 		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
 			inbox.WithIDType(inbox.IDTypeUUID), inbox.WithDeadLetter(dlq, "dlq"))
 		require.NoError(t, err)
@@ -72,8 +73,8 @@ func TestIDTypeUUID(t *testing.T) {
 		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
 		require.NoError(t, err)
 		require.Zero(t, calls.Load())
-		require.Len(t, dlq.messages("dlq"), 1)
-		require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(middleware.ReasonForPoisonedKey), `"evt-1" is not a UUID`)
+		require.Len(t, dlq.Messages("dlq"), 1)
+		require.Contains(t, dlq.Messages("dlq")[0].Metadata.Get(middleware.ReasonForPoisonedKey), `"evt-1" is not a UUID`)
 	})
 
 	t.Run("AnIDTheColumnRefusesIsDeadLetteredEvenWhenTheOptionIsMissing", func(t *testing.T) {
@@ -83,7 +84,7 @@ func TestIDTypeUUID(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				b := uuidBundle(t)
-				dlq := &recordingPublisher{}
+				dlq := &inboxtest.RecordingPublisher{}
 				opts := append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithDeadLetter(dlq, "dlq")}, mode...)
 				ib, err := inbox.New(b.db, opts...)
 				require.NoError(t, err)
@@ -91,8 +92,8 @@ func TestIDTypeUUID(t *testing.T) {
 				_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
 				require.NoError(t, err, "dead-lettered and acked, not nacked forever")
 				require.Zero(t, calls.Load())
-				require.Len(t, dlq.messages("dlq"), 1)
-				require.Contains(t, dlq.messages("dlq")[0].Metadata.Get(middleware.ReasonForPoisonedKey), `"evt-1" is not a UUID`,
+				require.Len(t, dlq.Messages("dlq"), 1)
+				require.Contains(t, dlq.Messages("dlq")[0].Metadata.Get(middleware.ReasonForPoisonedKey), `"evt-1" is not a UUID`,
 					"the inbox learned the column's type and refused the ID before sending it")
 			})
 		}
@@ -148,7 +149,7 @@ func TestIDTypeUUID(t *testing.T) {
 			idType inbox.IDType
 		}{"TextForAUUIDTable": {uuids, inbox.IDTypeText}, "UUIDForATextTable": {texts, inbox.IDTypeUUID}} {
 			t.Run(name, func(t *testing.T) {
-				dlq := &recordingPublisher{}
+				dlq := &inboxtest.RecordingPublisher{}
 				const delay = 50 * time.Millisecond
 				ib, err := inbox.New(tc.b.db, inbox.WithTable(tc.b.table), inbox.WithConsumer("wallet-credits"),
 					inbox.WithIDType(tc.idType), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
@@ -160,7 +161,7 @@ func TestIDTypeUUID(t *testing.T) {
 				require.ErrorContains(t, err, "WithIDType")
 				require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
 				require.Zero(t, calls.Load())
-				require.Empty(t, dlq.messages("dlq"), "the message is fine; the configuration is not")
+				require.Empty(t, dlq.Messages("dlq"), "the message is fine; the configuration is not")
 			})
 		}
 	})

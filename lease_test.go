@@ -402,7 +402,7 @@ func TestLease_HandlerErrors(t *testing.T) {
 
 	t.Run("AfterTheLastAttemptTheMessageIsDeadLetteredAndLaterCopiesAcked", func(t *testing.T) {
 		t.Parallel()
-		dlq := &recordingPublisher{}
+		dlq := &inboxtest.RecordingPublisher{}
 		obs := &countingObserver{}
 		ib, b := setup(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(3), inbox.WithDeadLetter(dlq, "payments.dlq"), inbox.WithObserver(obs))
 		var calls atomic.Int64
@@ -415,7 +415,7 @@ func TestLease_HandlerErrors(t *testing.T) {
 		}
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err, "the third failure is dead-lettered and acked")
-		dead := dlq.messages("payments.dlq")
+		dead := dlq.Messages("payments.dlq")
 		require.Len(t, dead, 1)
 		require.Equal(t, "3", dead[0].Metadata.Get(inbox.AttemptsKey))
 		require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "attempts exhausted: 3 of 3, last error: insufficient funds #3")
@@ -428,7 +428,7 @@ func TestLease_HandlerErrors(t *testing.T) {
 		_, err = h(newMsg("evt-1"))
 		require.NoError(t, err, "a later copy is acked")
 		require.EqualValues(t, 3, calls.Load(), "without running")
-		require.Len(t, dlq.messages("payments.dlq"), 1)
+		require.Len(t, dlq.Messages("payments.dlq"), 1)
 	})
 
 	t.Run("WithoutADeadLetterTopicTheExhaustedMessageIsKeptAndNackedSlowly", func(t *testing.T) {

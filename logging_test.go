@@ -116,7 +116,7 @@ func TestNoDeadLetterWarning(t *testing.T) {
 
 	t.Run("IsNotLoggedWithADeadLetterTopic", func(t *testing.T) {
 		t.Parallel()
-		ib, b := setup(t, inbox.WithDeadLetter(&recordingPublisher{}, "deposits.dlq"))
+		ib, b := setup(t, inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "deposits.dlq"))
 		_, err := ib.Middleware(b.credit(100, nil))(newMsg(""))
 		require.NoError(t, err)
 		require.Empty(t, b.logs.find(warning))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestMiddleware_OneLineUsageCompiles(t *testing.T) {
@@ -23,65 +24,6 @@ func TestMiddleware_OneLineUsageCompiles(t *testing.T) {
 	require.NoError(t, err)
 	router.AddMiddleware(inbox.Middleware(b.db)) // the README's line, exactly
 	require.NoError(t, router.Close())
-}
-
-func TestMiddleware_EventID(t *testing.T) {
-	t.Parallel()
-
-	t.Run("ReadsTheIDFromEventIDMetadataByDefault", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t)
-		var calls atomic.Int64
-		h := ib.Middleware(b.credit(100, &calls))
-		for range 3 {
-			_, err := h(newMsg("evt-1")) // three UUIDs, one event ID
-			require.NoError(t, err)
-		}
-		require.EqualValues(t, 1, calls.Load())
-		require.Equal(t, 100, b.balance(t))
-	})
-
-	t.Run("ReadsTheIDFromAConfiguredMetadataKey", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithIDMetadataKey("idempotency_key"))
-		h := ib.Middleware(b.credit(100, nil))
-		for _, eventID := range []string{"a", "b", "a"} {
-			msg := newMsg("ignored-because-another-key-is-configured")
-			msg.Metadata.Set("idempotency_key", eventID)
-			_, err := h(msg)
-			require.NoError(t, err)
-		}
-		require.Equal(t, 200, b.balance(t))
-		require.Equal(t, 2, b.rows(t, "wallet-credits"))
-	})
-
-	t.Run("UsesTheMessageUUIDOnlyWhenAskedTo", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithMessageUUIDAsID())
-		h := ib.Middleware(b.credit(100, nil))
-		first := newMsg("evt-1")
-		_, err := h(first)
-		require.NoError(t, err)
-		again := message.NewMessage(first.UUID, first.Payload) // same UUID, no event_id metadata
-		again.SetContext(context.Background())
-		_, err = h(again)
-		require.NoError(t, err)
-		_, err = h(newMsg("evt-1")) // same event_id, other UUID: a different message in this mode
-		require.NoError(t, err)
-		require.Equal(t, 200, b.balance(t))
-	})
-
-	t.Run("HandsTheClaimedIDToTheHandler", func(t *testing.T) {
-		t.Parallel()
-		ib, _ := setup(t)
-		var seen string
-		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			seen, _ = inbox.EventIDFromContext(msg.Context())
-			return nil, nil
-		})(newMsg("evt-7"))
-		require.NoError(t, err)
-		require.Equal(t, "evt-7", seen)
-	})
 }
 
 func TestMiddleware_ScopesTheInboxPerConsumer(t *testing.T) {
@@ -413,7 +355,7 @@ func TestNew_RejectsInvalidOptionsAtConstruction(t *testing.T) {
 		"TableWithSQL":            {inbox.WithTable("inbox; DROP TABLE accounts")},
 		"UpperCaseTable":          {inbox.WithTable("Inbox")},
 		"TableTooLong":            {inbox.WithTable(strings.Repeat("a", 49))},
-		"DeadLetterWithoutTopic":  {inbox.WithDeadLetter(&recordingPublisher{}, "")},
+		"DeadLetterWithoutTopic":  {inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "")},
 		"DeadLetterWithNilPub":    {inbox.WithDeadLetter(nil, "dlq")},
 		"ZeroMaxIDLength":         {inbox.WithMaxIDLength(0)},
 		"MaxIDLengthPastTheIndex": {inbox.WithMaxIDLength(5000)},

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // recordingObserver keeps every event the inbox reports, in order, under the name of its hook.
@@ -219,7 +220,7 @@ func TestObserver_Rejects(t *testing.T) {
 	t.Run("AnUnusableMessageWithADeadLetterTopicIsReportedAsDeadLettered", func(t *testing.T) {
 		t.Parallel()
 		obs := &recordingObserver{}
-		ib, _ := setup(t, inbox.WithObserver(obs), inbox.WithDeadLetter(&recordingPublisher{}, "dlq"))
+		ib, _ := setup(t, inbox.WithObserver(obs), inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "dlq"))
 		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(message.NewMessage(watermill.NewUUID(), nil))
 		require.NoError(t, err)
 
@@ -233,7 +234,7 @@ func TestObserver_Rejects(t *testing.T) {
 		t.Parallel()
 		obs := &recordingObserver{}
 		ib, _ := setup(t, inbox.WithObserver(obs), inbox.WithRejectDelay(10*time.Millisecond),
-			inbox.WithDeadLetter(&recordingPublisher{failFirst: 1}, "dlq"))
+			inbox.WithDeadLetter(&inboxtest.RecordingPublisher{FailFirst: 1}, "dlq"))
 		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(message.NewMessage(watermill.NewUUID(), nil))
 		require.Error(t, err)
 
@@ -328,7 +329,7 @@ func TestObserver_LeaseMode(t *testing.T) {
 		require.Equal(t, inbox.OutcomeFailed, finish.Outcome)
 
 		obs = &recordingObserver{}
-		ib, _ = setup(t, inbox.WithLease(time.Minute), inbox.WithMaxAttempts(1), inbox.WithObserver(obs), inbox.WithDeadLetter(&recordingPublisher{}, "dlq"))
+		ib, _ = setup(t, inbox.WithLease(time.Minute), inbox.WithMaxAttempts(1), inbox.WithObserver(obs), inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "dlq"))
 		_, err = ib.Middleware(down)(newMsg("evt-1"))
 		require.NoError(t, err)
 		require.Equal(t, []string{"Claimed", "DeadLettered", "Finished"}, obs.hooks())

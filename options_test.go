@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
@@ -92,7 +93,7 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := newBundle(t)
-			dlq := &recordingPublisher{}
+			dlq := &inboxtest.RecordingPublisher{}
 			pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = pubsub.Close() })
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -122,7 +123,7 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 				}
 			}
 			require.Zero(t, calls.Load())
-			require.Empty(t, dlq.messages("dlq"), "the message is fine, and is kept")
+			require.Empty(t, dlq.Messages("dlq"), "the message is fine, and is kept")
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // produceTwo is a handler that credits account 1 (in transaction mode) and returns two messages with fresh random
@@ -145,7 +146,7 @@ func TestProducedMessages_ReplayedWithTheShapeTheyHad(t *testing.T) {
 
 func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop(t *testing.T) {
 	t.Parallel()
-	dlq := &recordingPublisher{}
+	dlq := &inboxtest.RecordingPublisher{}
 	ib, b := setup(t, inbox.WithDeadLetter(dlq, "deposits.dlq"))
 	// A limit of the operator's stands for any value the column refuses.
 	_, err := b.db.Exec(`ALTER TABLE ` + b.table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
@@ -163,14 +164,14 @@ func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop
 	require.EqualValues(t, 1, calls.Load())
 	require.Equal(t, 0, b.balance(t), "the effect is rolled back with the claim")
 	require.Equal(t, 0, b.rows(t, "wallet-credits"))
-	dead := dlq.messages("deposits.dlq")
+	dead := dlq.Messages("deposits.dlq")
 	require.Len(t, dead, 1)
 	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "produced")
 }
 
 func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t *testing.T) {
 	t.Parallel()
-	dlq := &recordingPublisher{}
+	dlq := &inboxtest.RecordingPublisher{}
 	ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithDeadLetter(dlq, "payments.dlq"))
 	_, err := b.db.Exec(`ALTER TABLE ` + b.table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
 	require.NoError(t, err)
@@ -185,7 +186,7 @@ func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t
 	}
 	require.EqualValues(t, 1, calls.Load(), "the provider is called once, not once per copy")
 	require.Equal(t, "failed", b.stateOf(t, "wallet-credits", "pay-1"))
-	dead := dlq.messages("payments.dlq")
+	dead := dlq.Messages("payments.dlq")
 	require.Len(t, dead, 1)
 	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "produced")
 }

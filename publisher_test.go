@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestEventIDPublisher(t *testing.T) {
@@ -18,24 +19,24 @@ func TestEventIDPublisher(t *testing.T) {
 
 	t.Run("StampsTheUUIDWhenTheProducerSetNoID", func(t *testing.T) {
 		t.Parallel()
-		rec := &recordingPublisher{}
+		rec := &inboxtest.RecordingPublisher{}
 		msg := message.NewMessage(watermill.NewUUID(), nil)
 		require.NoError(t, inbox.EventIDPublisher(rec, "").Publish("deposits", msg))
-		require.Equal(t, msg.UUID, rec.messages("deposits")[0].Metadata.Get(inbox.DefaultIDMetadataKey))
+		require.Equal(t, msg.UUID, rec.Messages("deposits")[0].Metadata.Get(inbox.DefaultIDMetadataKey))
 	})
 
 	t.Run("KeepsAnIDTheProducerSet", func(t *testing.T) {
 		t.Parallel()
-		rec := &recordingPublisher{}
+		rec := &inboxtest.RecordingPublisher{}
 		msg := message.NewMessage(watermill.NewUUID(), nil)
 		msg.Metadata.Set("idempotency_key", "order-42-paid")
 		require.NoError(t, inbox.EventIDPublisher(rec, "idempotency_key").Publish("deposits", msg))
-		require.Equal(t, "order-42-paid", rec.messages("deposits")[0].Metadata.Get("idempotency_key"))
+		require.Equal(t, "order-42-paid", rec.Messages("deposits")[0].Metadata.Get("idempotency_key"))
 	})
 
 	t.Run("StampsATimeOrderedUUIDv7WhenAsked", func(t *testing.T) {
 		t.Parallel()
-		rec := &recordingPublisher{}
+		rec := &inboxtest.RecordingPublisher{}
 		pub := inbox.EventIDPublisher(rec, "", inbox.StampUUIDv7())
 		first, set := message.NewMessage(watermill.NewUUID(), nil), message.NewMessage(watermill.NewUUID(), nil)
 		set.Metadata.Set(inbox.DefaultIDMetadataKey, "order-42-paid")
@@ -45,7 +46,7 @@ func TestEventIDPublisher(t *testing.T) {
 		require.NoError(t, pub.Publish("deposits", second))
 		require.NoError(t, pub.Publish("deposits", first), "a retried publish of the same message")
 
-		sent := rec.messages("deposits")
+		sent := rec.Messages("deposits")
 		require.Len(t, sent, 4)
 		ids := []string{sent[0].Metadata.Get(inbox.DefaultIDMetadataKey), sent[2].Metadata.Get(inbox.DefaultIDMetadataKey)}
 		for _, id := range ids {

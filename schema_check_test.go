@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // freshTable returns an inbox table name that nothing has created yet, and drops whatever the test creates under
@@ -119,7 +120,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := freshTable(t, db)
-		dlq := &recordingPublisher{}
+		dlq := &inboxtest.RecordingPublisher{}
 		const delay = 100 * time.Millisecond
 		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithAutoMigrate(false),
 			inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
@@ -133,7 +134,7 @@ func TestMiddleware_Schema(t *testing.T) {
 			require.GreaterOrEqual(t, time.Since(start), delay, "each redelivery waits: no hot loop")
 		}
 		require.Zero(t, calls.Load())
-		require.Empty(t, dlq.messages("dlq"), "the message is fine; the configuration is not")
+		require.Empty(t, dlq.Messages("dlq"), "the message is fine; the configuration is not")
 		var exists bool
 		require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists))
 		require.False(t, exists, "nothing was created")
@@ -181,7 +182,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		db := openDB(t)
 		table := freshTable(t, db)
 		createOldLayout(t, db, table)
-		dlq := &recordingPublisher{}
+		dlq := &inboxtest.RecordingPublisher{}
 		const delay = 50 * time.Millisecond
 		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithAutoMigrate(false),
 			inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
@@ -196,7 +197,7 @@ func TestMiddleware_Schema(t *testing.T) {
 			require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
 		}
 		require.Zero(t, calls.Load())
-		require.Empty(t, dlq.messages("dlq"), "the message is fine; the table is not")
+		require.Empty(t, dlq.Messages("dlq"), "the message is fine; the table is not")
 		var rows int
 		require.NoError(t, db.QueryRow(`SELECT count(*) FROM `+table+` WHERE consumer = 'c'`).Scan(&rows))
 		require.Equal(t, 1, rows, "the table keeps its old layout and its row")
@@ -261,7 +262,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		db := openDB(t)
 		table := freshTable(t, db)
 		createByHand(t, db, table, varchar64)
-		dlq := &recordingPublisher{}
+		dlq := &inboxtest.RecordingPublisher{}
 		const delay = 50 * time.Millisecond
 		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
 		require.NoError(t, err)
@@ -276,7 +277,7 @@ func TestMiddleware_Schema(t *testing.T) {
 			require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")
 		}
 		require.Zero(t, calls.Load())
-		require.Empty(t, dlq.messages("dlq"), "the message is fine; the table is not")
+		require.Empty(t, dlq.Messages("dlq"), "the message is fine; the table is not")
 	})
 }
 

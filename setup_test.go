@@ -265,38 +265,6 @@ func (l *recordingLogger) find(text string) []logEntry {
 	return out
 }
 
-// recordingPublisher keeps what is published to it, and fails the first failFirst publishes.
-type recordingPublisher struct {
-	mu        sync.Mutex
-	failFirst int
-	attempts  int
-	published map[string][]*message.Message
-}
-
-func (p *recordingPublisher) Publish(topic string, msgs ...*message.Message) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.attempts++
-	if p.attempts <= p.failFirst {
-		return fmt.Errorf("publish attempt %d: broker unavailable", p.attempts)
-	}
-	if p.published == nil {
-		p.published = map[string][]*message.Message{}
-	}
-	for _, m := range msgs {
-		p.published[topic] = append(p.published[topic], m.Copy())
-	}
-	return nil
-}
-
-func (p *recordingPublisher) Close() error { return nil }
-
-func (p *recordingPublisher) messages(topic string) []*message.Message {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]*message.Message(nil), p.published[topic]...)
-}
-
 // newGoChannel returns Watermill's in-memory pub/sub, set so that Publish returns only once every subscriber has
 // acked the message: a test's Publish then waits for redeliveries after nacks too.
 func newGoChannel(t testing.TB) *gochannel.GoChannel {

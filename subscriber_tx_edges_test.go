@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
@@ -129,7 +130,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	db := sql.OpenDB(commitAtDoneConnector{d: d, dsn: testDSN()})
 	t.Cleanup(func() { db.Close() })
 	topic := newSQLTopic(t, b.db)
-	out := &recordingPublisher{}
+	out := &inboxtest.RecordingPublisher{}
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
@@ -149,11 +150,11 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	runRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
-	require.Eventually(t, func() bool { return len(out.messages("credited")) > 0 }, 20*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return len(out.Messages("credited")) > 0 }, 20*time.Second, 20*time.Millisecond,
 		"the produced message of an applied message must go out")
 	require.True(t, d.fired.Load(), "the commit was injected")
 	require.Equal(t, 100, b.balance(t))
-	sent := out.messages("credited")[0]
+	sent := out.Messages("credited")[0]
 	require.Equal(t, inbox.ProducedMessageUUID("wallet-credits", "evt-1", 0), sent.UUID)
 }
 

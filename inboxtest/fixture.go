@@ -214,16 +214,23 @@ func (l *RecordingLogger) Count(text string) int {
 	return n
 }
 
-// RecordingPublisher keeps copies of what is published to it, for dead letters.
+// RecordingPublisher keeps copies of what is published to it, for dead letters and produced messages, and fails
+// its first FailFirst publishes as a broker that is down would.
 type RecordingPublisher struct {
+	FailFirst int
 	mu        sync.Mutex
+	attempts  int
 	published map[string][]*message.Message
 }
 
-// Publish keeps copies of msgs under topic.
+// Publish keeps copies of msgs under topic, or fails while FailFirst says so.
 func (p *RecordingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.attempts++
+	if p.attempts <= p.FailFirst {
+		return fmt.Errorf("publish attempt %d: broker unavailable", p.attempts)
+	}
 	if p.published == nil {
 		p.published = map[string][]*message.Message{}
 	}
