@@ -48,4 +48,3 @@ func TestMiddleware_ProducedMessagesSurviveAPublishThatFailsAfterTheCommit(t *te
 	require.Equal(t, producedUUID, sent[0].Metadata.Get(inbox.DefaultIDMetadataKey),
 		"a produced message carries a stable event ID, so the next consumer's inbox can skip the resends")
 }
-
