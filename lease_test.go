@@ -107,52 +107,6 @@ func TestLease_Claim(t *testing.T) {
 		require.Equal(t, "done", after.state)
 		require.False(t, after.live)
 	})
-
-	t.Run("ADoneIDIsSkippedAndAcked", func(t *testing.T) {
-		t.Parallel()
-		obs := &countingObserver{}
-		ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithObserver(obs))
-		var calls atomic.Int64
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
-		for range 3 {
-			_, err := h(newMsg("evt-1"))
-			require.NoError(t, err)
-		}
-		require.EqualValues(t, 1, calls.Load())
-		require.EqualValues(t, 1, obs.claims.Load())
-		require.EqualValues(t, 2, obs.duplicates.Load())
-		require.Len(t, b.logs.find("skipped duplicate"), 2)
-	})
-
-	t.Run("ACopyArrivingWhileTheLeaseIsLiveIsNackedAfterADelay", func(t *testing.T) {
-		t.Parallel()
-		const lease = 600 * time.Millisecond
-		ib, b := setup(t, inbox.WithLease(lease))
-		holding := make(chan struct{})
-		gate, release := inboxtest.Gate(t)
-		var calls atomic.Int64
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-			if calls.Add(1) == 1 {
-				close(holding)
-				<-gate
-			}
-			return nil, nil
-		})
-		first := make(chan error, 1)
-		go func() { _, err := h(newMsg("evt-1")); first <- err }()
-		<-holding
-
-		start := time.Now()
-		_, err := h(newMsg("evt-1"))
-		waited := time.Since(start)
-		require.ErrorIs(t, err, inbox.ErrLeaseHeld, "neither run nor acked: the holder may still succeed")
-		require.EqualValues(t, 1, calls.Load())
-		require.GreaterOrEqual(t, waited, 100*time.Millisecond, "the nack waits: no hot loop")
-		require.Less(t, waited, 2*time.Second, "and the wait is bounded: the copy looks again soon")
-		release()
-		require.NoError(t, <-first)
-		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
-	})
 }
 
 func TestLease_Takeover(t *testing.T) {
@@ -221,60 +175,6 @@ func TestLease_Takeover(t *testing.T) {
 		require.NoError(t, <-bDone)
 		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
 	})
-}
-
-func TestLease_ProducedMessagesAreStoredWithDoneAndReturnedToEveryCopy(t *testing.T) {
-	t.Parallel()
-	ib, _ := setup(t, inbox.WithLease(time.Minute))
-	var calls atomic.Int64
-	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-		calls.Add(1)
-		return []*message.Message{message.NewMessage("receipt-1", []byte("paid"))}, nil
-	})
-	first, err := h(newMsg("pay-1"))
-	require.NoError(t, err)
-	again, err := h(newMsg("pay-1"))
-	require.NoError(t, err)
-	require.EqualValues(t, 1, calls.Load())
-	require.Len(t, again, 1)
-	require.Equal(t, first[0].UUID, again[0].UUID)
-	require.Equal(t, "paid", string(again[0].Payload))
-	require.Equal(t, inbox.ProducedMessageUUID("wallet-credits", "pay-1", 0), again[0].Metadata.Get(inbox.DefaultIDMetadataKey))
-}
-
-func TestLease_IdempotencyKeyIsStableAcrossAttemptsAndCopies(t *testing.T) {
-	t.Parallel()
-	ib, b := setup(t, inbox.WithLease(time.Minute))
-	var keys, charges, receipts []string
-	var calls atomic.Int64
-	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		l := leaseOf(t, msg)
-		keys = append(keys, l.IdempotencyKey())
-		charges = append(charges, l.StepKey("charge"))
-		receipts = append(receipts, l.StepKey("receipt"))
-		if calls.Add(1) == 1 {
-			return nil, errors.New("provider timed out")
-		}
-		return nil, nil
-	})
-	_, err := h(newMsg("evt-1"))
-	require.Error(t, err)
-	_, err = h(newMsg("evt-1")) // another copy, another UUID
-	require.NoError(t, err)
-
-	require.Equal(t, []string{inbox.IdempotencyKey("wallet-credits", "evt-1"), inbox.IdempotencyKey("wallet-credits", "evt-1")}, keys)
-	require.Equal(t, charges[0], charges[1])
-	require.Equal(t, receipts[0], receipts[1])
-	require.NotEqual(t, charges[0], receipts[0], "each step has its own key")
-
-	other, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("audit"), inbox.WithLease(time.Minute))
-	require.NoError(t, err)
-	_, err = other.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		require.Equal(t, inbox.IdempotencyKey("audit", "evt-1"), leaseOf(t, msg).IdempotencyKey(), "another consumer of the event has its own key")
-		require.NotEqual(t, keys[0], leaseOf(t, msg).IdempotencyKey())
-		return nil, nil
-	})(newMsg("evt-1"))
-	require.NoError(t, err)
 }
 
 func TestLease_AHandlerCanExtendItsLease(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -177,21 +176,4 @@ func producedInLeaseMode(t *testing.T, conn Conn) {
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
 	requireReplayed(t, first, again)
-}
-
-func noEventIDIsDeadLettered(t *testing.T, conn Conn) {
-	b := newBundle(t, conn, true)
-	dlq := &RecordingPublisher{}
-	var calls atomic.Int64
-	msg := newMsg("")
-	_, err := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(b.credit(100, &calls))(msg)
-	require.NoError(t, err, "a dead-lettered message is acked")
-	require.Zero(t, calls.Load(), "never applied without deduplication")
-	require.Zero(t, b.balance(t))
-	require.Zero(t, b.rows(t))
-	dead := dlq.Messages("deposits.dlq")
-	require.Len(t, dead, 1)
-	require.Equal(t, msg.UUID, dead[0].UUID)
-	require.Equal(t, msg.Payload, dead[0].Payload)
-	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), `metadata key "event_id" is not set`)
 }
