@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv(paymentProcessEnv) != "":
 		os.Exit(runPaymentProcess())
 	}
-	leaveOutExamplesWhenShort()
+	inboxtest.LeaveOutExamplesWhenShort()
 	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PrivatePostgresDatabase(testDriver)))
 }
 

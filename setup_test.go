@@ -3,7 +3,6 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -61,29 +60,9 @@ func needsDB(t testing.TB) {
 	}
 }
 
-// leaveOutExamplesWhenShort adds the package's Examples to -skip under -short: each of them runs against
-// PostgreSQL, and an Example, unlike a test, cannot skip itself. TestMain calls it before the tests run.
-func leaveOutExamplesWhenShort() {
-	flag.Parse()
-	if !testing.Short() {
-		return
-	}
-	skip := flag.Lookup("test.skip")
-	pattern := "^Example"
-	if cur := skip.Value.String(); cur != "" {
-		pattern = cur + "|" + pattern
-	}
-	if err := skip.Value.Set(pattern); err != nil {
-		panic(err)
-	}
-	if testing.Verbose() {
-		fmt.Fprintln(os.Stderr, "Examples left out: they need PostgreSQL; run without -short")
-	}
-}
-
 // exampleDB opens the test database for an Example and returns a table name no other test uses, with a function
 // that drops every object the inbox and the Example create under that name. Under -short the Examples do not run
-// (see leaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
+// (see inboxtest.LeaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
 // that its output does not match and go test fails loudly.
 func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 	db, err = sql.Open(testDriver, testDSN())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -24,17 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() { // the Examples need PostgreSQL, and an Example cannot skip itself
-		skip := flag.Lookup("test.skip")
-		pattern := "^Example"
-		if cur := skip.Value.String(); cur != "" {
-			pattern = cur + "|" + pattern
-		}
-		if err := skip.Value.Set(pattern); err != nil {
-			panic(err)
-		}
-	}
+	inboxtest.LeaveOutExamplesWhenShort()
 	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
 }
 

@@ -222,3 +222,20 @@ func withMySQLDatabase(dsn, name string) (string, error) {
 	}
 	return dsn[:slash+1] + name + params, nil
 }
+
+// LeaveOutExamplesWhenShort adds the test binary's Examples to -skip under -short: an Example that needs a
+// database cannot skip itself as a test does. TestMain calls it before RunInOwnDatabases.
+func LeaveOutExamplesWhenShort() {
+	flag.Parse()
+	if !testing.Short() {
+		return
+	}
+	skip := flag.Lookup("test.skip")
+	pattern := "^Example"
+	if cur := skip.Value.String(); cur != "" {
+		pattern = cur + "|" + pattern
+	}
+	if err := skip.Value.Set(pattern); err != nil {
+		panic(err)
+	}
+}

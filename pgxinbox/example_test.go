@@ -2,7 +2,6 @@ package pgxinbox_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -19,17 +18,7 @@ import (
 // TestMain leaves the Examples out under -short: like the tests that skip there, they need PostgreSQL. Without
 // -short it runs the tests in a database of their own, dropped at the end.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		skip := flag.Lookup("test.skip")
-		pattern := "^Example"
-		if cur := skip.Value.String(); cur != "" {
-			pattern = cur + "|" + pattern
-		}
-		if err := skip.Value.Set(pattern); err != nil {
-			panic(err)
-		}
-	}
+	inboxtest.LeaveOutExamplesWhenShort()
 	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PrivatePostgresDatabase("postgres")))
 }
 
