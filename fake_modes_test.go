@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/fakedb"
 )
@@ -262,4 +263,24 @@ func TestFake_BatchModeAppliesEachMessageOnceAndRollsBackOnlyAFailingMember(t *t
 	require.ErrorContains(t, errs[0], "fails after its write")
 	require.EqualValues(t, 800, db.Balance("wallet"), "each of the eight IDs once")
 	require.Equal(t, 8, db.Rows())
+}
+
+func TestFake_AClaimThatLosesALockConflictIsTriedAgainBeforeTheHandlerRuns(t *testing.T) {
+	t.Parallel()
+	db, ib := fakeInbox(t)
+	var calls atomic.Int64
+	h := ib.Middleware(fakeCredit(100, &calls))
+	db.FailNextClaims(2, dialect.LockConflict) // a deadlock between waiting inserts, twice
+	_, err := h(fakeMsg("evt-1"))
+	require.NoError(t, err, "the third claim wins; the router never sees the conflicts")
+	require.EqualValues(t, 1, calls.Load())
+	require.EqualValues(t, 100, db.Balance("wallet"))
+
+	db.FailNextClaims(3, dialect.LockConflict)
+	_, err = h(fakeMsg("evt-2"))
+	require.ErrorContains(t, err, "lost a lock conflict", "three lost claims nack the message for a redelivery")
+	require.EqualValues(t, 1, calls.Load(), "the handler never ran")
+	_, err = h(fakeMsg("evt-2"))
+	require.NoError(t, err)
+	require.EqualValues(t, 200, db.Balance("wallet"))
 }

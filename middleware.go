@@ -61,6 +61,14 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// A claim that lost a lock conflict (store.ErrClaimLostLock: a deadlock between waiting inserts, a lock timeout, a
+// serialization failure) ran nothing, and is tried again in a new transaction, claimTries times in all, claimBackoff
+// longer each time, before its error nacks the message.
+const (
+	claimTries   = 3
+	claimBackoff = 10 * time.Millisecond
+)
+
 // applyOwn applies msg in a transaction of its own: begin, claim, run h, commit.
 func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	return i.applyOwnObserved(msg, consumer, id, h, i.observe(msg, consumer, id, ModeTransaction))
@@ -78,7 +86,14 @@ func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h me
 			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
 		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
 	}
-	if errors.Is(err, store.ErrStaleConsumer) { // the new id was stale too: the table is being made anew again
+	for try := 1; errors.Is(err, store.ErrClaimLostLock) && try < claimTries; try++ { // before h ran: the attempt again
+		i.cfg.logger.Debug("Inbox claims again: the claim lost a lock conflict", logFields(msg, consumer, id).Add(
+			watermill.LogFields{"error": err.Error()}))
+		_ = sleepThen(msg.Context(), time.Duration(try)*claimBackoff, nil)
+		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
+	}
+	// The new id was stale too (the table is being made anew again), or every claim lost its lock conflict.
+	if errors.Is(err, store.ErrStaleConsumer) || errors.Is(err, store.ErrClaimLostLock) {
 		err = i.settle(msg, consumer, err)
 		ob.finish(err)
 	}
@@ -106,7 +121,7 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 	produced, skipped, err := i.apply(tx, store.StateDone, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback() // before any wait of settle's, so the claim's lock is not held through it
-		if errors.Is(err, dialect.ErrSessionLost) || errors.Is(err, store.ErrStaleConsumer) {
+		if errors.Is(err, dialect.ErrSessionLost) || errors.Is(err, store.ErrStaleConsumer) || errors.Is(err, store.ErrClaimLostLock) {
 			return nil, err // applyOwnObserved goes again
 		}
 		err = i.settle(msg, consumer, err)

@@ -93,6 +93,11 @@ func (fake) Claim(ctx context.Context, ex driver.Executor, p dialect.ClaimParams
 	if err := tx.checkConsumer(p.Consumer, p.ConsumerID, p.Fresh); err != nil {
 		return false, err
 	}
+	if len(tx.db.failClaims) > 0 {
+		kind := tx.db.failClaims[0]
+		tx.db.failClaims = tx.db.failClaims[1:]
+		return false, &Error{Kind: kind, Msg: "the claim lost a lock conflict (injected)"}
+	}
 	return tx.insert(ctx, key{p.Consumer, p.ID}, p.State)
 }
 

@@ -57,6 +57,7 @@ type DB struct {
 	nextID     int
 	offset     time.Duration
 	failCommit []error
+	failClaims []dialect.ErrorKind
 	commits    int
 }
 
@@ -91,6 +92,16 @@ func (db *DB) FailNextCommit(err error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	db.failCommit = append(db.failCommit, err)
+}
+
+// FailNextClaims makes the next n claims of one message (Dialect's Claim) fail with an error of kind, before they
+// look for their row: a deadlock between waiting inserts is dialect.LockConflict.
+func (db *DB) FailNextClaims(n int, kind dialect.ErrorKind) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	for range n {
+		db.failClaims = append(db.failClaims, kind)
+	}
 }
 
 // RenumberConsumers gives every registered consumer name a new id, as a consumers table made anew does.

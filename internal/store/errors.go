@@ -23,6 +23,11 @@ var (
 // the name has now.
 var ErrStaleConsumer = errors.New("the consumer's id is no longer its own in the consumers table, which was made anew; the id is asked for again")
 
+// ErrClaimLostLock marks a claim that a lock conflict ended before it looked for its row: a deadlock with a
+// concurrent transaction (InnoDB's, between inserts that wait for each other), a lock timeout, or a serialization
+// failure. Nothing of the message ran; in a transaction of the inbox's own, the attempt may run again at once.
+var ErrClaimLostLock = errors.New("the claim lost a lock conflict with a concurrent transaction")
+
 // Conflict is a statement the database rolled back for a serialization failure: the transaction read a
 // snapshot older than a row it had to write. Its text is the error's own.
 type Conflict struct{ error }

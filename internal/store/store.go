@@ -306,7 +306,14 @@ func (s *Store) wrap(op, consumer, id string, err error) error {
 			return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 		}
 	case dialect.SerializationFailure:
+		if op == "claim" {
+			return Conflict{fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClaimLostLock, err)}
+		}
 		return Conflict{fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)}
+	case dialect.LockConflict:
+		if op == "claim" {
+			return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClaimLostLock, err)
+		}
 	case dialect.StaleConsumer:
 		// Every id is forgotten, not only this consumer's: the table that renumbered one renumbered them all.
 		s.ids.Clear()
