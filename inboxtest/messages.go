@@ -139,14 +139,14 @@ func unusableIDsWithoutADeadLetterTopicAreNackedAfterTheRejectDelay(t *testing.T
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		msg.SetContext(ctx)
-		_, err := b.inbox(t, inbox.WithRejectDelay(time.Hour)).Middleware(b.credit(100, nil))(msg)
+		_, err := b.inbox(t, inbox.WithRejectDelay(time.Hour)).Middleware(b.credit(100, new(atomic.Int64)))(msg)
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 	})
 	t.Run("AFailedDeadLetterPublishIsNackedAfterTheDelayAndTheRedeliveryDeadLettered", func(t *testing.T) {
 		b := newBundle(t, conn, true)
 		dlq := &RecordingPublisher{FailFirst: 1}
 		h := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq"), inbox.WithRejectDelay(10*time.Millisecond)).
-			Middleware(b.credit(100, nil))
+			Middleware(b.credit(100, new(atomic.Int64)))
 		_, err := h(withID(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 		require.ErrorContains(t, err, "broker unavailable")
