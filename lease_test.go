@@ -3,15 +3,12 @@ package inbox_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -204,147 +201,6 @@ func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
 	release()
 	require.NoError(t, <-first)
 	require.EqualValues(t, 1, calls.Load())
-}
-
-func TestLease_HandlerErrors(t *testing.T) {
-	t.Parallel()
-
-	t.Run("ReleaseTheLeaseAtOnceAndRecordTheError", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(time.Hour))
-		var previous []string
-		var calls atomic.Int64
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			previous = append(previous, leaseOf(t, msg).PreviousError())
-			if calls.Add(1) == 1 {
-				return nil, errors.New("card declined: try again")
-			}
-			return nil, nil
-		})
-		_, err := h(newMsg("evt-1"))
-		require.ErrorContains(t, err, "card declined")
-		row := b.leaseRow(t, "evt-1")
-		require.Equal(t, "released", row.state)
-		require.Equal(t, "card declined: try again", row.lastError)
-		require.False(t, row.live)
-
-		_, err = h(newMsg("evt-1")) // no waiting for the hour-long lease
-		require.NoError(t, err)
-		require.Equal(t, []string{"", "card declined: try again"}, previous)
-		require.Equal(t, 2, b.leaseRow(t, "evt-1").attempts)
-	})
-
-	t.Run("AnErrorTextPostgreSQLRefusesStillReleasesTheLease", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(time.Hour))
-		var previous []string
-		var calls atomic.Int64
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			previous = append(previous, leaseOf(t, msg).PreviousError())
-			if calls.Add(1) == 1 {
-				return nil, errors.New("cut \xe2\x82 text\x00") // a provider's message cut mid-character, and a NUL
-			}
-			return nil, nil
-		})
-		_, err := h(newMsg("evt-1"))
-		require.ErrorContains(t, err, "cut")
-		require.NotErrorIs(t, err, inbox.ErrInvalidEventID)
-		row := b.leaseRow(t, "evt-1")
-		require.Equal(t, "released", row.state)
-		require.Equal(t, "cut \uFFFD text\uFFFD", row.lastError, "what the database cannot hold is replaced, the rest kept")
-
-		_, err = h(newMsg("evt-1")) // claimed at once, no waiting for the hour-long lease
-		require.NoError(t, err)
-		require.Equal(t, []string{"", "cut \uFFFD text\uFFFD"}, previous)
-		require.Empty(t, b.logs.find("lease write failed"))
-	})
-
-	t.Run("ALongErrorIsStoredCutAtACharacterBoundary", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(time.Hour))
-		long := strings.Repeat("é", inbox.MaxStoredErrorBytes) // two bytes each
-		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-			return nil, errors.New(long)
-		})(newMsg("evt-1"))
-		require.ErrorContains(t, err, long, "the caller still gets the whole error")
-		stored := b.leaseRow(t, "evt-1").lastError
-		require.LessOrEqual(t, len(stored), inbox.MaxStoredErrorBytes)
-		require.Greater(t, len(stored), inbox.MaxStoredErrorBytes-8)
-		require.True(t, utf8.ValidString(stored))
-		require.True(t, strings.HasSuffix(stored, "…"))
-		require.True(t, strings.HasPrefix(long, strings.TrimSuffix(stored, "…")))
-	})
-
-	t.Run("AFailedReleaseIsReturnedAndLogged", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(time.Hour))
-		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-			// An operator forces the row away while the handler runs, so the release finds nothing to release.
-			_, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1", Force: true},
-				inbox.WithTable(b.table))
-			require.NoError(t, err)
-			return nil, errors.New("card declined")
-		})(newMsg("evt-1"))
-		require.ErrorContains(t, err, "card declined")
-		require.ErrorIs(t, err, inbox.ErrLeaseLost, "the failed release is part of the error, not dropped")
-		require.Len(t, b.logs.find("lease write failed"), 1)
-	})
-
-	t.Run("APanicReleasesTheLeaseToo", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(time.Hour))
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { panic("nil map") })
-		require.Panics(t, func() { _, _ = h(newMsg("evt-1")) })
-		row := b.leaseRow(t, "evt-1")
-		require.Equal(t, "released", row.state)
-		require.Equal(t, "panic: nil map", row.lastError)
-	})
-
-	t.Run("AfterTheLastAttemptTheMessageIsDeadLetteredAndLaterCopiesAcked", func(t *testing.T) {
-		t.Parallel()
-		dlq := &inboxtest.RecordingPublisher{}
-		obs := &countingObserver{}
-		ib, b := setup(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(3), inbox.WithDeadLetter(dlq, "payments.dlq"), inbox.WithObserver(obs))
-		var calls atomic.Int64
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-			return nil, errors.New("insufficient funds #" + string(rune('0'+calls.Add(1))))
-		})
-		for attempt := 1; attempt <= 2; attempt++ {
-			_, err := h(newMsg("evt-1"))
-			require.Error(t, err)
-		}
-		_, err := h(newMsg("evt-1"))
-		require.NoError(t, err, "the third failure is dead-lettered and acked")
-		dead := dlq.Messages("payments.dlq")
-		require.Len(t, dead, 1)
-		require.Equal(t, "3", dead[0].Metadata.Get(inbox.AttemptsKey))
-		require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "attempts exhausted: 3 of 3, last error: insufficient funds #3")
-		n, _ := obs.deadLetters.Load("attempts_exhausted")
-		require.EqualValues(t, 1, n.(*atomic.Int64).Load())
-		row := b.leaseRow(t, "evt-1")
-		require.Equal(t, "failed", row.state)
-		require.Equal(t, "insufficient funds #3", row.lastError)
-
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err, "a later copy is acked")
-		require.EqualValues(t, 3, calls.Load(), "without running")
-		require.Len(t, dlq.Messages("payments.dlq"), 1)
-	})
-
-	t.Run("WithoutADeadLetterTopicTheExhaustedMessageIsKeptAndNackedSlowly", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(time.Hour), inbox.WithMaxAttempts(1), inbox.WithRejectDelay(50*time.Millisecond))
-		var calls atomic.Int64
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, errors.New("down") })
-		for range 2 {
-			start := time.Now()
-			_, err := h(newMsg("evt-1"))
-			require.ErrorIs(t, err, inbox.ErrAttemptsExhausted)
-			require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
-		}
-		require.EqualValues(t, 1, calls.Load(), "an exhausted message is not run again")
-		require.Equal(t, "released", b.leaseRow(t, "evt-1").state, "and not marked failed: nothing dead-lettered it")
-	})
 }
 
 func TestLease_TwoConsumersRacingForOneIDNeverHoldItTogether(t *testing.T) {

@@ -148,6 +148,15 @@ func (b *bundle) row(t *testing.T, id string) (state string, attempts int64) {
 	return state, attempts
 }
 
+// lastError reads the error lease mode stored with the consumer's row for id, "" for none.
+func (b *bundle) lastError(t *testing.T, id string) string {
+	t.Helper()
+	var text string
+	b.queryRow(t, `SELECT coalesce(last_error, '') FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1)+` AND message_id = `+b.p(2),
+		[]any{consumer, id}, &text)
+	return text
+}
+
 // age moves the last state change of the consumer's rows whose IDs are ids back by d, as time would.
 func (b *bundle) age(t *testing.T, consumerName string, d time.Duration, ids ...string) {
 	t.Helper()
