@@ -15,6 +15,9 @@ import (
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
+// Lease mode on every driver is in the driver suite (inboxtest's LeaseMode... cases); these read or write the
+// PostgreSQL table itself: the database clock of a claim, a dead holder's row, a lease that outlives its length.
+
 // leaseRow is an inbox row as lease mode leaves it.
 type leaseRow struct {
 	state, token, lastError string
@@ -133,45 +136,6 @@ func TestLease_Takeover(t *testing.T) {
 		require.Len(t, b.logs.find("took over an expired lease"), 1)
 		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
 	})
-
-	t.Run("CompletionIsFencedSoALateHolderCannotOverwriteTheNewOne", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t, inbox.WithLease(200*time.Millisecond))
-		aStarted, bHolding, bFinish := make(chan struct{}), make(chan struct{}), make(chan struct{})
-		var aLease *inbox.Lease
-		var calls atomic.Int64
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			switch calls.Add(1) {
-			case 1: // A: a slow call that outlives its lease
-				aLease = leaseOf(t, msg)
-				close(aStarted)
-				<-bHolding
-				return nil, nil
-			default: // B: took over, still calling when A returns
-				close(bHolding)
-				<-bFinish
-				return nil, nil
-			}
-		})
-		aDone := make(chan error, 1)
-		go func() { _, err := h(newMsg("evt-1")); aDone <- err }()
-		<-aStarted
-		time.Sleep(300 * time.Millisecond) // A's lease runs out
-		bDone := make(chan error, 1)
-		go func() { _, err := h(newMsg("evt-1")); bDone <- err }()
-
-		errA := <-aDone
-		require.ErrorIs(t, errA, inbox.ErrLeaseLost, "A learns it lost the lease")
-		require.Len(t, b.logs.find("lease write failed"), 1, "and says so in the log")
-		row := b.leaseRow(t, "evt-1")
-		require.Equal(t, "processing", row.state, "A's 'done' did not overwrite B's hold")
-		require.Equal(t, 2, row.attempts)
-		require.ErrorIs(t, aLease.Extend(context.Background(), time.Minute), inbox.ErrLeaseLost)
-
-		close(bFinish)
-		require.NoError(t, <-bDone)
-		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
-	})
 }
 
 func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
@@ -203,51 +167,6 @@ func TestLease_AHandlerCanExtendItsLease(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load())
 }
 
-func TestLease_TwoConsumersRacingForOneIDNeverHoldItTogether(t *testing.T) {
-	t.Parallel()
-	_, b := setup(t)
-	var holders, maxHolders, calls atomic.Int64
-	handler := func(*message.Message) ([]*message.Message, error) {
-		calls.Add(1)
-		n := holders.Add(1)
-		for {
-			m := maxHolders.Load()
-			if n <= m || maxHolders.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-		holders.Add(-1)
-		return nil, nil
-	}
-	var wg sync.WaitGroup
-	for c := range 2 { // two consumer processes, each with its own Inbox and connections
-		ib, err := inbox.New(openDB(t), inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLease(time.Minute))
-		require.NoError(t, err)
-		h := ib.Middleware(handler)
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					_, err := h(newMsg("evt-1"))
-					if err == nil {
-						return
-					}
-					if !errors.Is(err, inbox.ErrLeaseHeld) {
-						t.Errorf("consumer %d: %v", c, err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	require.EqualValues(t, 1, maxHolders.Load(), "at no moment did two consumers hold the lease")
-	require.EqualValues(t, 1, calls.Load())
-	require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
-}
-
 func TestNew_LeaseOptionsAreCheckedTogether(t *testing.T) {
 	t.Parallel()
 	db := openDB(t)
@@ -260,55 +179,4 @@ func TestNew_LeaseOptionsAreCheckedTogether(t *testing.T) {
 		_, err := inbox.New(db, opts...)
 		require.ErrorIs(t, err, inbox.ErrInvalidOption, name)
 	}
-}
-
-func TestLease_ATransactionModeCopyWaitsForALeaseModeHolderOfTheSameTable(t *testing.T) {
-	t.Parallel()
-	leased, b := setup(t, inbox.WithLease(time.Minute))
-	transactional, err := inbox.New(b.db, b.opts[:3]...) // the same table and consumer, without WithLease
-	require.NoError(t, err)
-	holding := make(chan struct{})
-	gate, release := inboxtest.Gate(t)
-	first := make(chan error, 1)
-	go func() {
-		_, err := leased.Middleware(func(*message.Message) ([]*message.Message, error) {
-			close(holding)
-			<-gate
-			return nil, nil
-		})(newMsg("evt-1"))
-		first <- err
-	}()
-	<-holding
-
-	var calls atomic.Int64
-	h := transactional.Middleware(b.credit(100, &calls))
-	_, err = h(newMsg("evt-1"))
-	require.ErrorIs(t, err, inbox.ErrLeaseHeld, "an unfinished lease-mode row is not a duplicate")
-	release()
-	require.NoError(t, <-first)
-	_, err = h(newMsg("evt-1"))
-	require.NoError(t, err)
-	require.Zero(t, calls.Load(), "once done, it is")
-}
-
-func TestLease_KeysOfDifferentMessagesNeverCollide(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
-	keyOf := func(consumer, id, step string) string {
-		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer(consumer), inbox.WithLease(time.Minute))
-		require.NoError(t, err)
-		var key string
-		_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if key = leaseOf(t, msg).IdempotencyKey(); step != "" {
-				key = leaseOf(t, msg).StepKey(step)
-			}
-			return nil, nil
-		})(newMsg(id))
-		require.NoError(t, err)
-		return key
-	}
-	require.NotEqual(t, keyOf("payments", "eu:42", ""), keyOf("payments:eu", "42", ""),
-		"a separator inside a consumer name or an event ID cannot make two messages share a key")
-	require.NotEqual(t, keyOf("payments", "eu:43:charge", ""), keyOf("payments", "eu:43", "charge"),
-		"nor one event's step key equal another event's key")
 }
