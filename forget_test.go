@@ -35,13 +35,6 @@ func TestForget(t *testing.T) {
 		require.Equal(t, 200, b.balance(t), "the forgotten message was applied again")
 	})
 
-	t.Run("ReportsAMissingRowAsNotFound", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		_, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.table))
-		require.ErrorIs(t, err, inbox.ErrNotFound)
-	})
-
 	t.Run("ReportsAnIDThatIsNoUUIDAsNotFoundInAUUIDTable", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
@@ -55,23 +48,6 @@ func TestForget(t *testing.T) {
 		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), opts...))
 		_, err := inbox.OnSQL(db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)
 		require.ErrorIs(t, err, inbox.ErrNotFound)
-	})
-
-	t.Run("KeepsALiveLeaseUnlessForced", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, locked_until)
-			VALUES ($1, 'evt-1', 'p', 1, now() + interval '1 hour')`, b.consumerAged(t, "payments", 0))
-		require.NoError(t, err)
-		_, err = inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "payments", ID: "evt-1"}, inbox.WithTable(b.table))
-		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
-		require.Equal(t, 1, b.rows(t, "payments"))
-
-		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "payments", ID: "evt-1", Force: true}, inbox.WithTable(b.table))
-		require.NoError(t, err)
-		require.Equal(t, "processing", row.State)
-		require.Equal(t, 1, row.Attempts)
-		require.Zero(t, b.rows(t, "payments"))
 	})
 
 	t.Run("RejectsAnEmptyConsumerOrID", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package inboxtest
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -105,4 +106,32 @@ func theLeaseKeysOfDifferentMessagesNeverCollide(t *testing.T, conn Conn) {
 		"a separator inside a consumer name or an event ID cannot make two messages share a key")
 	require.NotEqual(t, keyOf("payments", "eu:43:charge", ""), keyOf("payments", "eu:43", "charge"),
 		"nor one event's step key equal another event's key")
+}
+
+func forgetKeepsALiveLeaseUnlessForced(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	holding := make(chan struct{})
+	gate, release := Gate(t)
+	held := make(chan error, 1)
+	go func() {
+		_, err := b.inbox(t, inbox.WithLease(time.Hour)).Middleware(func(*message.Message) ([]*message.Message, error) {
+			close(holding)
+			<-gate
+			return nil, nil
+		})(newMsg("evt-1"))
+		held <- err
+	}()
+	<-holding
+	ctx := context.Background()
+	_, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.table))
+	require.ErrorIs(t, err, inbox.ErrLeaseHeld)
+	require.EqualValues(t, 1, b.rows(t))
+
+	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1", Force: true}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.Equal(t, "processing", row.State)
+	require.Equal(t, 1, row.Attempts)
+	require.Zero(t, b.rows(t))
+	release()
+	require.ErrorIs(t, <-held, inbox.ErrLeaseLost, "the holder whose row was forced away learns it on its next write")
 }

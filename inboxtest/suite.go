@@ -60,6 +60,7 @@ var cases = []struct {
 	{"ASecondCleanupWhileOneRunsIsSkipped", cleanupConcurrentIsSkipped},
 	{"ReadStatsCountsEachConsumersRowsByState", readStats},
 	{"ForgetRemovesOneRowSoItsNextCopyIsAppliedAgain", forget},
+	{"ForgetKeepsALiveLeaseUnlessForced", forgetKeepsALiveLeaseUnlessForced},
 	{"RemembersReportsEachConsumer", remembers},
 	{"ReplicasRegisteringANewConsumerTogetherUseOneIDForIt", registeringANameDrawsOneID},
 	{"ANewConsumerBeyondTheTablesLastConsumerIDIsHeldBackAndTheOthersGoOn", exhaustedConsumerIDsHoldANewConsumerBack},
