@@ -74,26 +74,6 @@ func TestMiddleware_ScopesTheInboxPerConsumer(t *testing.T) {
 func TestMiddleware_OneTransaction(t *testing.T) {
 	t.Parallel()
 
-	t.Run("TheEffectAndTheRowAreCommittedWhenTheMiddlewareReturns", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t)
-		var inTxBalance int
-		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(100, nil)(msg); err != nil {
-				return nil, err
-			}
-			// Not visible to another connection before the commit: the effect is inside the claim's transaction.
-			require.NoError(t, b.db.QueryRow(`SELECT balance FROM `+b.accounts+` WHERE id = 1`).Scan(&inTxBalance))
-			require.Equal(t, 0, b.rows(t, "wallet-credits"))
-			return nil, nil
-		})(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, 0, inTxBalance)
-		// Visible as soon as the middleware returned, which is when the router acks.
-		require.Equal(t, 100, b.balance(t))
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-	})
-
 	t.Run("TheRouterAcksOnlyAfterTheCommit", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
@@ -198,45 +178,6 @@ func TestMiddleware_AFailedCommitIsNackedAndAppliesNothing(t *testing.T) {
 	require.Equal(t, 0, b.rows(t, "wallet-credits"))
 }
 
-func TestMiddleware_ContextCancellation(t *testing.T) {
-	t.Parallel()
-
-	t.Run("CancelledMidHandlerRollsBackAndNacks", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		msg := newMsg("evt-1")
-		msg.SetContext(ctx)
-		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(100, nil)(msg); err != nil {
-				return nil, err
-			}
-			cancel()
-			<-msg.Context().Done()
-			return nil, msg.Context().Err()
-		})(msg)
-		require.ErrorIs(t, err, context.Canceled)
-		require.Equal(t, 0, b.balance(t))
-		require.Equal(t, 0, b.rows(t, "wallet-credits"))
-	})
-
-	t.Run("CancelledAfterTheHandlerReturnedNilDoesNotCommit", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		msg := newMsg("evt-1")
-		msg.SetContext(ctx)
-		_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			_, err := b.credit(100, nil)(msg)
-			cancel()
-			return nil, err
-		})(msg)
-		require.Error(t, err)
-		require.Equal(t, 0, b.balance(t))
-		require.Equal(t, 0, b.rows(t, "wallet-credits"))
-	})
-}
-
 // A consumer's first message registers its name, which takes a connection of its own. It must take it before the
 // message's transaction holds one: a pool that every handler drains while it waits for a second connection never
 // gives one back. One connection is the smallest such pool.
@@ -269,16 +210,6 @@ func TestMiddleware_AConsumersFirstMessageNeedsOneConnectionOnly(t *testing.T) {
 			require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
 		})
 	}
-}
-
-func TestMiddleware_MissingSchemaIsReportedAsSuch(t *testing.T) {
-	t.Parallel()
-	db := openDB(t)
-	ib, err := inbox.New(db, inbox.WithTable(uniqueName("never_migrated")), inbox.WithConsumer("c"),
-		inbox.WithAutoMigrate(false), inbox.WithRejectDelay(time.Millisecond)) // by default it would create the table
-	require.NoError(t, err)
-	_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
-	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }
 
 func TestNew_RejectsInvalidOptionsAtConstruction(t *testing.T) {

@@ -30,6 +30,8 @@ var cases = []struct {
 	{"AHandlerErrorRollsBackTheEffectAndTheClaim", aHandlerErrorRollsBack},
 	{"AHandlerPanicRollsBackTheEffectAndTheClaim", aHandlerPanicRollsBack},
 	{"RacingCopiesApplyOnce", racingCopiesApplyOnce},
+	{"TheEffectAndTheRowCommitWhenTheMiddlewareReturns", theEffectAndTheRowCommitWhenTheMiddlewareReturns},
+	{"ACancelledMessageContextRollsBackAndNacks", aCancelledMessageContextRollsBackAndNacks},
 	{"BatchModeNacksOnlyTheFailingMessagesAndAppliesTheOthersOnce", batchMode},
 	{"InBatchModeAHandlerThatWorksLongBeforeItWritesHoldsUpOnlyItsOwnBatch", batchSlowHandler},
 	{"ABatchWhoseHandlersWorkOnItsConnectionKeepsTheTurnUntilTheyReturn", batchKeepsItsTurn},

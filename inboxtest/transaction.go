@@ -1,6 +1,7 @@
 package inboxtest
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -176,4 +177,50 @@ func producedInLeaseMode(t *testing.T, conn Conn) {
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
 	requireReplayed(t, first, again)
+}
+
+func theEffectAndTheRowCommitWhenTheMiddlewareReturns(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	var calls atomic.Int64
+	credit := b.credit(100, &calls)
+	var balanceInside, rowsInside int64
+	_, err := b.inbox(t).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		// Not visible to another connection before the commit: the effect is inside the claim's transaction.
+		balanceInside, rowsInside = b.balance(t), b.rows(t)
+		return nil, nil
+	})(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.Zero(t, balanceInside)
+	require.Zero(t, rowsInside)
+	// Visible as soon as the middleware returned, which is when the router acks.
+	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 1, b.rows(t))
+}
+
+func aCancelledMessageContextRollsBackAndNacks(t *testing.T, conn Conn) {
+	for name, cancelInside := range map[string]bool{"MidHandler": true, "AfterTheHandlerReturnedNil": false} {
+		t.Run(name, func(t *testing.T) {
+			b := newBundle(t, conn, true)
+			var calls atomic.Int64
+			credit := b.credit(100, &calls)
+			ctx, cancel := context.WithCancel(context.Background())
+			msg := newMsg("evt-1")
+			msg.SetContext(ctx)
+			_, err := b.inbox(t).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				_, err := credit(msg)
+				cancel()
+				if cancelInside && err == nil {
+					<-msg.Context().Done()
+					err = msg.Context().Err()
+				}
+				return nil, err
+			})(msg)
+			require.Error(t, err, "the router nacks")
+			require.Zero(t, b.balance(t), "nothing commits")
+			require.Zero(t, b.rows(t))
+		})
+	}
 }
