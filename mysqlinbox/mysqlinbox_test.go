@@ -21,78 +21,10 @@ import (
 	"github.com/effectively-once/watermill-inbox/mysqlinbox"
 )
 
+// The transaction mode's behaviour on every driver is in the driver suite (suite_test.go); these are this
+// module's own.
 func TestTransactionMode(t *testing.T) {
 	t.Parallel()
-
-	t.Run("AppliesAMessageOnceAndSkipsItsDuplicate", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options()...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(b.credit(100, &calls))
-
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		require.EqualValues(t, 1, calls.Load(), "the duplicate must not run the handler")
-		require.Equal(t, 100, b.balance(t))
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-		require.Equal(t, 1, b.logs.Count("skipped duplicate"))
-	})
-
-	t.Run("AHandlerErrorRollsBackTheEffectAndTheClaim", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options()...)
-		require.NoError(t, err)
-		failing := func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(100, nil)(msg); err != nil {
-				return nil, err
-			}
-			return nil, errors.New("fails after its write")
-		}
-
-		_, err = ib.Middleware(failing)(newMsg("evt-1"))
-		require.ErrorContains(t, err, "fails after its write")
-		require.Equal(t, 0, b.balance(t))
-		require.Equal(t, 0, b.rows(t, "wallet-credits"))
-
-		_, err = ib.Middleware(b.credit(100, nil))(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, 100, b.balance(t), "the redelivery is applied, once")
-	})
-
-	t.Run("ReplaysTheProducedMessagesOfADuplicateWithTheirDerivedUUIDs", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options()...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(100, &calls)(msg); err != nil {
-				return nil, err
-			}
-			out := message.NewMessage(watermill.NewUUID(), []byte("\x00binary\xff payload"))
-			out.Metadata.Set("kind", "credited")
-			return []*message.Message{out, message.NewMessage(watermill.NewUUID(), []byte("second"))}, nil
-		})
-
-		first, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-		again, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		require.EqualValues(t, 1, calls.Load())
-		require.Len(t, again, 2)
-		for n := range first {
-			require.Equal(t, first[n].UUID, again[n].UUID, "a replayed message keeps its identity")
-			require.Equal(t, first[n].Payload, again[n].Payload, "byte for byte")
-			require.Equal(t, first[n].Metadata, again[n].Metadata)
-		}
-	})
 
 	t.Run("RacingCopiesOfEachEventApplyItOnce", func(t *testing.T) {
 		t.Parallel()

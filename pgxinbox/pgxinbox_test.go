@@ -3,95 +3,23 @@ package pgxinbox_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
+// The transaction mode's behaviour on every driver is in the driver suite (suite_test.go); these are this
+// module's own.
 func TestTransactionMode(t *testing.T) {
 	t.Parallel()
-
-	t.Run("AppliesAMessageOnceAndSkipsItsDuplicate", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options()...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(b.credit(100, &calls))
-
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		require.EqualValues(t, 1, calls.Load(), "the duplicate must not run the handler")
-		require.Equal(t, 100, b.balance(t))
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-		require.Equal(t, 1, b.logs.Count("skipped duplicate"))
-	})
-
-	t.Run("AHandlerErrorRollsBackTheEffectAndTheClaim", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options()...)
-		require.NoError(t, err)
-		failing := func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(100, nil)(msg); err != nil {
-				return nil, err
-			}
-			return nil, errors.New("fails after its write")
-		}
-
-		_, err = ib.Middleware(failing)(newMsg("evt-1"))
-		require.ErrorContains(t, err, "fails after its write")
-		require.Equal(t, 0, b.balance(t))
-		require.Equal(t, 0, b.rows(t, "wallet-credits"))
-
-		_, err = ib.Middleware(b.credit(100, nil))(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, 100, b.balance(t), "the redelivery is applied, once")
-	})
-
-	t.Run("ReplaysTheProducedMessagesOfADuplicateWithTheirDerivedUUIDs", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options()...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(100, &calls)(msg); err != nil {
-				return nil, err
-			}
-			return []*message.Message{
-				message.NewMessage(watermill.NewUUID(), []byte(`{"credited":100}`)),
-				message.NewMessage(watermill.NewUUID(), []byte("second")),
-			}, nil
-		})
-
-		first, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-		again, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		require.EqualValues(t, 1, calls.Load())
-		require.Len(t, again, 2)
-		for pos, m := range again {
-			require.Equal(t, inbox.ProducedMessageUUID("wallet-credits", "evt-1", pos), m.UUID)
-			require.Equal(t, first[pos].UUID, m.UUID)
-			require.Equal(t, string(first[pos].Payload), string(m.Payload))
-		}
-	})
 
 	t.Run("StoresUUIDEventIDsInAUUIDColumn", func(t *testing.T) {
 		t.Parallel()
@@ -175,23 +103,6 @@ func TestLeaseMode_ClaimsReleasesOnFailureAndCompletesTheNextAttempt(t *testing.
 	require.Equal(t, []int{1, 2}, attempts)
 }
 
-func TestDeadLetter_AMessageWithoutAnEventIDIsParked(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
-	dlq := &recordingPublisher{}
-	ib, err := pgxinbox.New(b.pool, b.options(inbox.WithDeadLetter(dlq, "inbox.dlq"))...)
-	require.NoError(t, err)
-	var calls atomic.Int64
-
-	_, err = ib.Middleware(b.credit(100, &calls))(newMsg(""))
-	require.NoError(t, err, "a dead-lettered message is acked")
-	require.Zero(t, calls.Load())
-	parked := dlq.Messages("inbox.dlq")
-	require.Len(t, parked, 1)
-	require.NotEmpty(t, parked[0].Metadata.Get(middleware.ReasonForPoisonedKey))
-	require.Equal(t, 0, b.rows(t, "wallet-credits"))
-}
-
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 
@@ -211,12 +122,6 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, 100, b.balance(t))
 	})
 
-	t.Run("MigratingTwiceChangesNothing", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		require.NoError(t, pgxinbox.Database(b.pool).Migrate(context.Background(), inbox.WithTable(b.table)))
-	})
-
 	t.Run("WithoutAutoMigrateAMissingTableHoldsTheMessageBack", func(t *testing.T) {
 		t.Parallel()
 		b := &testBundle{pool: openPool(t, testDSN()), table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
@@ -225,75 +130,6 @@ func TestMigrate(t *testing.T) {
 		h := pgxinbox.Middleware(b.pool, b.options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(time.Millisecond))...)(b.credit(100, nil))
 		_, err := h(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
-	})
-}
-
-func TestOperations(t *testing.T) {
-	t.Parallel()
-
-	t.Run("CleanupDeletesRowsPastTheRetention", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		applyAll(t, b, "old-1", "old-2", "new-1")
-		_, err := b.pool.Exec(context.Background(),
-			`UPDATE `+b.table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(40*24*time.Hour)+` WHERE message_id LIKE 'old-%'`)
-		require.NoError(t, err)
-
-		res, err := pgxinbox.Database(b.pool).Cleanup(context.Background(), inbox.CleanupParams{Retention: 30 * 24 * time.Hour},
-			inbox.WithTable(b.table))
-		require.NoError(t, err)
-		require.EqualValues(t, 2, res.Deleted)
-		require.False(t, res.Skipped)
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-
-		cl, err := pgxinbox.Database(b.pool).NewCleaner(inbox.CleanerConfig{}, inbox.WithTable(b.table))
-		require.NoError(t, err)
-		round, err := cl.Round(context.Background())
-		require.NoError(t, err)
-		require.Zero(t, round.Deleted)
-	})
-
-	t.Run("ReadStatsCountsRowsPerConsumer", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		applyAll(t, b, "evt-1", "evt-2")
-		st, err := pgxinbox.Database(b.pool).ReadStats(context.Background(), inbox.WithTable(b.table))
-		require.NoError(t, err)
-		require.Len(t, st.Consumers, 1)
-		require.Equal(t, "wallet-credits", st.Consumers[0].Consumer)
-		require.EqualValues(t, 2, st.Consumers[0].Rows)
-		require.Positive(t, st.TotalBytes)
-	})
-
-	t.Run("ForgetRemovesTheRowSoTheNextCopyIsAppliedAgain", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		applyAll(t, b, "evt-1")
-		row, err := pgxinbox.Database(b.pool).Forget(context.Background(),
-			inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
-		require.NoError(t, err)
-		require.Equal(t, "done", row.State)
-		_, err = pgxinbox.Database(b.pool).Forget(context.Background(),
-			inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
-		require.ErrorIs(t, err, inbox.ErrNotFound)
-		applyAll(t, b, "evt-1")
-		require.Equal(t, 200, b.balance(t))
-	})
-
-	t.Run("RemembersReportsHowFarBackEachConsumerRemembers", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		applyAll(t, b, "evt-1")
-		// Two hours pass: the row ages, and so does the consumer's record of when it began to remember.
-		_, err := b.pool.Exec(context.Background(), `UPDATE `+b.table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(2*time.Hour))
-		require.NoError(t, err)
-		_, err = b.pool.Exec(context.Background(), inboxtest.PostgreSQL.AgeConsumer(b.table, 2*time.Hour), "wallet-credits")
-		require.NoError(t, err)
-		ms, err := pgxinbox.Database(b.pool).Remembers(context.Background(), inbox.WithTable(b.table))
-		require.NoError(t, err)
-		require.Len(t, ms, 1)
-		require.True(t, ms[0].Covers(time.Hour))
-		require.False(t, ms[0].Covers(3*time.Hour))
 	})
 }
 
@@ -331,18 +167,6 @@ type unusedBeginner struct{}
 
 func (unusedBeginner) BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error) {
 	return nil, errors.New("no database")
-}
-
-// applyAll applies a credit of 100 for each ID, in transaction mode.
-func applyAll(t *testing.T, b *testBundle, ids ...string) {
-	t.Helper()
-	ib, err := pgxinbox.New(b.pool, b.options()...)
-	require.NoError(t, err)
-	h := ib.Middleware(b.credit(100, nil))
-	for _, id := range ids {
-		_, err := h(newMsg(id))
-		require.NoError(t, err)
-	}
 }
 
 // A batch that forms reads how many connections the pool allows, so that batches waiting for their turn leave
