@@ -110,10 +110,10 @@ func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE message_id LIKE 'old-%'`).Scan(&oldLeft))
 	require.Zero(t, oldLeft)
 
-	finished := b.logs.find("Inbox cleanup finished")
+	finished := b.logs.Find("Inbox cleanup finished")
 	require.Len(t, finished, 1)
-	require.Equal(t, int64(25_000), finished[0].fields["deleted"])
-	require.Equal(t, b.table, finished[0].fields["table"])
+	require.Equal(t, int64(25_000), finished[0].Fields["deleted"])
+	require.Equal(t, b.table, finished[0].Fields["table"])
 
 	again, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
 	require.NoError(t, err)
@@ -159,10 +159,10 @@ func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
 		require.EqualValues(t, 1, res.Abandoned, "only the lease that ran out before the cutoff is abandoned")
 		require.Equal(t, 3, b.rows(t, "payments"), "every 'processing' row stays")
 
-		logged := b.logs.find("abandoned leases")
+		logged := b.logs.Find("abandoned leases")
 		require.Len(t, logged, 1)
-		require.Equal(t, "error", logged[0].level)
-		require.ErrorContains(t, logged[0].err, "1 rows")
+		require.Equal(t, "error", logged[0].Level)
+		require.ErrorContains(t, logged[0].Err, "1 rows")
 	})
 }
 
@@ -412,23 +412,23 @@ func TestCleaner(t *testing.T) {
 
 		_, err = cl.Round(ctx)
 		require.NoError(t, err)
-		require.Empty(t, b.logs.find("rows were deleted too early"), "wallet-credits remembers 8 days, new-consumer is new")
-		young := b.logs.find("younger than the window")
+		require.Empty(t, b.logs.Find("rows were deleted too early"), "wallet-credits remembers 8 days, new-consumer is new")
+		young := b.logs.Find("younger than the window")
 		require.Len(t, young, 1)
-		require.Equal(t, "info", young[0].level)
-		require.Equal(t, "new-consumer", young[0].fields["consumer"])
+		require.Equal(t, "info", young[0].Level)
+		require.Equal(t, "new-consumer", young[0].Fields["consumer"])
 
 		// Someone cleans with a 2-day window, behind the Cleaner's back.
 		_, err = inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 2 * 24 * time.Hour}, inbox.WithTable(b.table))
 		require.NoError(t, err)
 		_, err = cl.Round(ctx)
 		require.NoError(t, err)
-		alarms := b.logs.find("rows were deleted too early")
+		alarms := b.logs.Find("rows were deleted too early")
 		require.Len(t, alarms, 1)
-		require.Equal(t, "error", alarms[0].level)
-		require.ErrorIs(t, alarms[0].err, inbox.ErrShortMemory)
-		require.Equal(t, "wallet-credits", alarms[0].fields["consumer"])
-		require.Len(t, b.logs.find("younger than the window"), 1, "a young consumer is noted once, not every round")
+		require.Equal(t, "error", alarms[0].Level)
+		require.ErrorIs(t, alarms[0].Err, inbox.ErrShortMemory)
+		require.Equal(t, "wallet-credits", alarms[0].Fields["consumer"])
+		require.Len(t, b.logs.Find("younger than the window"), 1, "a young consumer is noted once, not every round")
 	})
 
 	t.Run("RejectsAWindowTheRetentionDoesNotExceed", func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 // handler on topic "deposits"; it returns the pub/sub to publish to and the poison queue's publisher.
 func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerMiddleware) []message.HandlerMiddleware, h message.NoPublishHandlerFunc) (*inboxtest.RecordingPublisher, func(*message.Message)) {
 	t.Helper()
-	pubsub := newGoChannel(t)
+	pubsub := inboxtest.NewGoChannel(t)
 	poisoned := &inboxtest.RecordingPublisher{}
 	poison, err := middleware.PoisonQueue(poisoned, "deposits.poison")
 	require.NoError(t, err)
@@ -28,7 +28,7 @@ func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerM
 	require.NoError(t, err)
 	router.AddMiddleware(mws(poison)...)
 	router.AddConsumerHandler("wallet-credits", "deposits", pubsub, h)
-	runRouter(t, router)
+	inboxtest.RunRouter(t, router)
 	return poisoned, func(msg *message.Message) { require.NoError(t, pubsub.Publish("deposits", msg)) }
 }
 

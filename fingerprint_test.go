@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // conflictLog records the FingerprintConflict events of an inbox.
@@ -57,7 +58,7 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 		_, err := b.credit(100, nil)(msg)
 		return err
 	})
-	runRouter(t, router)
+	inboxtest.RunRouter(t, router)
 
 	publisher := newSQLPublisher(t, b.db)
 	for _, typ := range []string{"paid", "paid", "refunded"} {

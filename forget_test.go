@@ -25,10 +25,10 @@ func TestForget(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "done", row.State)
 		require.WithinDuration(t, time.Now(), row.ProcessedAt, time.Minute)
-		logged := b.logs.find("Inbox row forgotten")
+		logged := b.logs.Find("Inbox row forgotten")
 		require.Len(t, logged, 1)
-		require.Equal(t, "evt-1", logged[0].fields["event_id"])
-		require.Equal(t, "wallet-credits", logged[0].fields["consumer"])
+		require.Equal(t, "evt-1", logged[0].Fields["event_id"])
+		require.Equal(t, "wallet-credits", logged[0].Fields["consumer"])
 
 		_, err = h(newMsg("evt-1"))
 		require.NoError(t, err)

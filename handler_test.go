@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // asHandlerFunc lets a NoPublishHandlerFunc go through the middleware by hand, as the router lets it.
@@ -101,13 +102,13 @@ func TestHandler(t *testing.T) {
 	t.Run("UnderTheRouterAppliesTheEffectOnce", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t)
-		pubsub := newGoChannel(t)
+		pubsub := inboxtest.NewGoChannel(t)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		router.AddMiddleware(ib.Middleware)
 		var calls atomic.Int64
 		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, inbox.Handler(b.creditOn(100, &calls)))
-		runRouter(t, router)
+		inboxtest.RunRouter(t, router)
 		for _, id := range []string{"evt-1", "evt-1", "evt-2"} {
 			require.NoError(t, pubsub.Publish("deposits", newMsg(id))) // returns once the router acked it
 		}

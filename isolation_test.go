@@ -61,7 +61,7 @@ func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.
 	requireNoErrors(t, errs)
 	provider.RequireOnceEach(t, ids)
 	b.requireAllDone(t, "payments", len(ids))
-	require.Empty(t, b.logs.find("lease write failed"))
+	require.Empty(t, b.logs.Find("lease write failed"))
 }
 
 // fanOut returns a handler that passes each call to the next of hs in turn, as a broker spreads copies over the

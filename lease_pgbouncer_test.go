@@ -52,7 +52,7 @@ func TestLease_BehindATransactionPoolingProxyEveryCallHappensOnce(t *testing.T) 
 			requireNoErrors(t, inboxtest.DeliverCopies(t, h, ids, 3))
 			provider.RequireOnceEach(t, ids)
 			b.requireAllDone(t, "payments", len(ids))
-			require.Empty(t, b.logs.find("lease write failed"))
+			require.Empty(t, b.logs.Find("lease write failed"))
 		})
 	}
 }

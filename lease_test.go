@@ -133,7 +133,7 @@ func TestLease_Takeover(t *testing.T) {
 		require.Equal(t, 2, attempt, "the handler sees attempt 2, so it can ask the provider about attempt 1")
 		require.Equal(t, "lease of attempt 1 expired", previous)
 		require.EqualValues(t, 1, obs.takeovers.Load())
-		require.Len(t, b.logs.find("took over an expired lease"), 1)
+		require.Len(t, b.logs.Find("took over an expired lease"), 1)
 		require.Equal(t, "done", b.leaseRow(t, "evt-1").state)
 	})
 }

@@ -71,7 +71,7 @@ func TestDefaultLogger(t *testing.T) {
 		_, err := quiet(t, b, out, inbox.WithLogger(logs)).Middleware(b.credit(100, nil))(newMsg(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 		require.Empty(t, out.String())
-		require.Len(t, logs.find("cannot apply message"), 1)
+		require.Len(t, logs.Find("cannot apply message"), 1)
 	})
 }
 
@@ -85,24 +85,24 @@ func TestNoDeadLetterWarning(t *testing.T) {
 		h := ib.Middleware(b.credit(100, nil))
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
-		require.Empty(t, b.logs.find(warning), "a usable message says nothing of dead letters")
+		require.Empty(t, b.logs.Find(warning), "a usable message says nothing of dead letters")
 
 		for range 3 {
 			_, err := h(newMsg(""))
 			require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 		}
-		found := b.logs.find(warning)
+		found := b.logs.Find(warning)
 		require.Len(t, found, 1, "once, however many messages are held back")
-		require.Equal(t, "error", found[0].level)
-		require.Contains(t, found[0].msg, "WithDeadLetter")
-		require.Contains(t, found[0].msg, "held back")
-		require.Len(t, b.logs.find("cannot apply message;"), 3, "each message is still logged with its reason")
+		require.Equal(t, "error", found[0].Level)
+		require.Contains(t, found[0].Msg, "WithDeadLetter")
+		require.Contains(t, found[0].Msg, "held back")
+		require.Len(t, b.logs.Find("cannot apply message;"), 3, "each message is still logged with its reason")
 
 		other, err := inbox.New(b.db, b.opts...)
 		require.NoError(t, err)
 		_, err = other.Middleware(b.credit(100, nil))(newMsg(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
-		require.Len(t, b.logs.find(warning), 2, "once per Inbox")
+		require.Len(t, b.logs.Find(warning), 2, "once per Inbox")
 	})
 
 	t.Run("IsLoggedWhenLeaseModeGivesUp", func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestNoDeadLetterWarning(t *testing.T) {
 		failing := func(*message.Message) ([]*message.Message, error) { return nil, errors.New("provider down") }
 		_, err := ib.Middleware(failing)(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrAttemptsExhausted)
-		require.Len(t, b.logs.find(warning), 1)
+		require.Len(t, b.logs.Find(warning), 1)
 	})
 
 	t.Run("IsNotLoggedWithADeadLetterTopic", func(t *testing.T) {
@@ -119,6 +119,6 @@ func TestNoDeadLetterWarning(t *testing.T) {
 		ib, b := setup(t, inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "deposits.dlq"))
 		_, err := ib.Middleware(b.credit(100, nil))(newMsg(""))
 		require.NoError(t, err)
-		require.Empty(t, b.logs.find(warning))
+		require.Empty(t, b.logs.Find(warning))
 	})
 }

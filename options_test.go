@@ -109,8 +109,8 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs),
 				inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(20*time.Millisecond)))
 			var calls atomic.Int64
-			router.AddConsumerHandler(handler, "deposits", pubsub, noPublish(b.credit(100, &calls)))
-			runRouter(t, router)
+			router.AddConsumerHandler(handler, "deposits", pubsub, inboxtest.NoPublish(b.credit(100, &calls)))
+			inboxtest.RunRouter(t, router)
 			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
 
 			for range 2 { // the first delivery and a redelivery

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // Inbox, then outbox: the handler's outgoing event is written on the inbox transaction by watermill-sql's
@@ -40,7 +41,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	b := newBundle(t)
 	outboxTopic := newSQLTopic(t, b.db)
 	require.NoError(t, newSQLSubscriber(t, b.db, "relay").SubscribeInitialize(outboxTopic)) // a tx publisher cannot create tables
-	deposits, credited := newGoChannel(t), newGoChannel(t)
+	deposits, credited := inboxtest.NewGoChannel(t), inboxtest.NewGoChannel(t)
 
 	// The wallet consumer: credit, and write the "credited" event to the outbox, in one transaction.
 	wallet, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -58,7 +59,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 		pub := inbox.EventIDPublisher(forwarder.NewPublisher(outbox, forwarder.PublisherConfig{ForwarderTopic: outboxTopic}), "")
 		return pub.Publish("credited", message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1}`)))
 	})
-	runRouter(t, wallet)
+	inboxtest.RunRouter(t, wallet)
 
 	// The next consumer downstream, with an inbox of its own.
 	notifications := &testBundle{db: b.db, table: b.table, logs: &recordingLogger{}}
@@ -70,7 +71,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 		sent.Add(1)
 		return nil
 	})
-	runRouter(t, notifier)
+	inboxtest.RunRouter(t, notifier)
 
 	require.NoError(t, deposits.Publish("deposits", newMsg("evt-1")))
 	// The relay is down (crashed, or not started yet): the event waits in the outbox, committed with the credit.
@@ -87,7 +88,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	go func() { _ = relay.Run(context.Background()) }()
 	t.Cleanup(func() { _ = relay.Close() })
 
-	require.Eventually(t, func() bool { return len(notifications.logs.find("skipped duplicate")) == 1 }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return len(notifications.logs.Find("skipped duplicate")) == 1 }, 10*time.Second, 20*time.Millisecond,
 		"the relay's second copy reaches the notifier and is skipped")
 	require.EqualValues(t, 1, sent.Load(), "the event is delivered: nothing lost, and applied once")
 	require.Equal(t, 1, b.rows(t, "notifications"))

@@ -79,7 +79,7 @@ func TestLibpq_AClaimWhoseSessionLostItsStatementIsMadeAgainWithLiterals(t *test
 	require.Equal(t, 6, b.rows(t, "wallet-credits"))
 	statements, _ := inboxPrepared(t, b.db)
 	require.Zero(t, statements, "the inbox prepares no more")
-	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
+	require.Len(t, b.logs.Find("Inbox stops preparing its claim"), 1)
 }
 
 // Behind pgbouncer in transaction mode a client connection's transactions reach whichever server session is free,
@@ -125,7 +125,7 @@ func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
 	require.EqualValues(t, workers*each, calls.Load(), "each message's handler ran once, and no copy's")
 	require.Equal(t, workers*each, b.balance(t))
 	require.Equal(t, workers*each, b.rows(t, "wallet-credits"))
-	require.NotEmpty(t, b.logs.find("Inbox stops preparing its claim"), "a session lacked the claim")
+	require.NotEmpty(t, b.logs.Find("Inbox stops preparing its claim"), "a session lacked the claim")
 	var left int
 	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM `+b.table+`_view`).Scan(&left))
 	require.Equal(t, workers*each, left)
@@ -147,7 +147,7 @@ func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *tes
 	require.NoError(t, err, "a copy")
 	require.EqualValues(t, 2, calls.Load())
 	require.Equal(t, 2, b.balance(t))
-	require.Len(t, b.logs.find("Inbox stops preparing its claim"), 1)
+	require.Len(t, b.logs.Find("Inbox stops preparing its claim"), 1)
 }
 
 // Lease mode's claim and its completion each open a short transaction of their own: over lib/pq each is prepared

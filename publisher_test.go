@@ -63,13 +63,13 @@ func TestEventIDPublisher(t *testing.T) {
 	t.Run("ARetriedPublishCarriesTheSameIDAndIsAppliedOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		pubsub := newGoChannel(t)
+		pubsub := inboxtest.NewGoChannel(t)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
 		var calls atomic.Int64
-		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, noPublish(b.credit(100, &calls)))
-		runRouter(t, router)
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, inboxtest.NoPublish(b.credit(100, &calls)))
+		inboxtest.RunRouter(t, router)
 
 		pub := inbox.EventIDPublisher(pubsub, "")
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"amount":100}`))

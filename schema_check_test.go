@@ -82,7 +82,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		}
 		require.EqualValues(t, 1, calls.Load(), "the table was created, and the copy found the first one's row")
 		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), inbox.WithTable(table)), "and it is the table Migrate makes")
-		require.Len(t, logs.find("migrated its schema"), 1)
+		require.Len(t, logs.Find("migrated its schema"), 1)
 	})
 
 	t.Run("InstancesStartingTogetherOnAFreshDatabaseCreateTheTableOnce", func(t *testing.T) {

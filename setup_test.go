@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,11 +12,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // testDSN is the PostgreSQL the tests run against: INBOX_TEST_DATABASE_URL, or this machine's default.
@@ -195,79 +193,8 @@ func newMsg(eventID string) *message.Message {
 	return msg
 }
 
-// recordingLogger keeps what the inbox logs, so tests can check what an operator would see.
-type recordingLogger struct {
-	mu      sync.Mutex
-	entries []logEntry
-	fields  watermill.LogFields
-}
-
-type logEntry struct {
-	level  string
-	msg    string
-	err    error
-	fields watermill.LogFields
-}
-
-func (l *recordingLogger) log(level, msg string, err error, fields watermill.LogFields) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = append(l.entries, logEntry{level, msg, err, l.fields.Add(fields)})
-}
-
-func (l *recordingLogger) Error(msg string, err error, fields watermill.LogFields) {
-	l.log("error", msg, err, fields)
-}
-func (l *recordingLogger) Info(msg string, fields watermill.LogFields) {
-	l.log("info", msg, nil, fields)
-}
-func (l *recordingLogger) Debug(msg string, fields watermill.LogFields) {
-	l.log("debug", msg, nil, fields)
-}
-func (l *recordingLogger) Trace(msg string, fields watermill.LogFields) {
-	l.log("trace", msg, nil, fields)
-}
-func (l *recordingLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
-	return &recordingLogger{fields: l.fields.Add(fields)}
-}
-
-// find returns the entries whose message contains text.
-func (l *recordingLogger) find(text string) []logEntry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []logEntry
-	for _, e := range l.entries {
-		if strings.Contains(e.msg, text) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// newGoChannel returns Watermill's in-memory pub/sub, set so that Publish returns only once every subscriber has
-// acked the message: a test's Publish then waits for redeliveries after nacks too.
-func newGoChannel(t testing.TB) *gochannel.GoChannel {
-	t.Helper()
-	ps := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	t.Cleanup(func() { _ = ps.Close() })
-	return ps
-}
-
-// runRouter runs router until the test ends, and returns once it is running.
-func runRouter(t testing.TB, router *message.Router) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router stopped before it ran: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = router.Close()
-		<-done
-	})
-}
+// recordingLogger is the behaviour suite's, which every driver's tests share.
+type recordingLogger = inboxtest.RecordingLogger
 
 // newSQLTopic returns a topic name of watermill-sql's PostgreSQL pub/sub that no other test uses, and drops its
 // tables when the test ends.

@@ -40,7 +40,7 @@ func TestEndDelaysOnClose(t *testing.T) {
 		<-router.Running()
 
 		require.NoError(t, pubsub.Publish("deposits", msg))
-		require.Eventually(t, func() bool { return len(logs.find(logLine)) > 0 }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return len(logs.Find(logLine)) > 0 }, 10*time.Second, 5*time.Millisecond)
 		closeErr = router.Close()
 		require.NoError(t, <-done)
 		return n.Load(), closeErr

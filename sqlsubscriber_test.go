@@ -15,6 +15,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
@@ -38,10 +39,10 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 			_, err := b.credit(100, &calls)(msg)
 			return err
 		})
-		runRouter(t, router)
+		inboxtest.RunRouter(t, router)
 
 		require.NoError(t, pub.Publish(topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2")))
-		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && len(b.logs.find("skipped duplicate")) == 1 },
+		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && len(b.logs.Find("skipped duplicate")) == 1 },
 			10*time.Second, 20*time.Millisecond)
 		require.EqualValues(t, 2, calls.Load())
 		require.EqualValues(t, 2, sameTx.Load(), "the handler must see the subscriber's transaction, not a second one")
@@ -65,7 +66,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 			}
 			return nil
 		})
-		runRouter(t, router)
+		inboxtest.RunRouter(t, router)
 
 		require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
@@ -93,7 +94,7 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 		_, err := b.credit(100, nil)(msg)
 		return err
 	})
-	runRouter(t, router)
+	inboxtest.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 	require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
@@ -122,7 +123,7 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 				<-msg.Context().Done() // a long call, interrupted by the shutdown
 				return msg.Context().Err()
 			})
-			runRouter(t, first)
+			inboxtest.RunRouter(t, first)
 			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 			<-started
 			require.NoError(t, first.Close())
@@ -133,8 +134,8 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			second, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
 			second.AddMiddleware(mw)
-			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), noPublish(b.credit(100, nil)))
-			runRouter(t, second)
+			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), inboxtest.NoPublish(b.credit(100, nil)))
+			inboxtest.RunRouter(t, second)
 			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 			require.Equal(t, 100, b.balance(t))
 		})
@@ -166,17 +167,17 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 				_, err := b.credit(100, &calls)(msg)
 				return err
 			})
-			runRouter(t, router)
+			inboxtest.RunRouter(t, router)
 
 			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 			if opts == nil {
-				require.Eventually(t, func() bool { return len(b.logs.find("cannot apply messages")) >= 2 },
+				require.Eventually(t, func() bool { return len(b.logs.Find("cannot apply messages")) >= 2 },
 					30*time.Second, 10*time.Millisecond)
 				require.Zero(t, calls.Load(), "the handler must not run outside the transaction the message carries")
 				require.Zero(t, b.rows(t, "wallet-credits"))
-				logged := b.logs.find("cannot apply messages")[0]
-				require.ErrorIs(t, logged.err, inbox.ErrInvalidOption)
-				require.ErrorContains(t, logged.err, "inbox.SQLv3Joiner")
+				logged := b.logs.Find("cannot apply messages")[0]
+				require.ErrorIs(t, logged.Err, inbox.ErrInvalidOption)
+				require.ErrorContains(t, logged.Err, "inbox.SQLv3Joiner")
 				return
 			}
 			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -234,18 +235,18 @@ func TestMiddleware_ASubscriberOnAnotherDatabaseIsHeldBackNamingTheOption(t *tes
 				_, err := b.credit(100, &calls)(msg)
 				return err
 			})
-			runRouter(t, router)
+			inboxtest.RunRouter(t, router)
 
 			require.NoError(t, newSQLPublisher(t, other).Publish(topic, newMsg("evt-1")))
 			if opts == nil {
-				require.Eventually(t, func() bool { return len(b.logs.find("cannot apply messages")) >= 2 },
+				require.Eventually(t, func() bool { return len(b.logs.Find("cannot apply messages")) >= 2 },
 					30*time.Second, 10*time.Millisecond)
 				require.Zero(t, calls.Load(), "the handler must not run in a transaction on another database")
 				require.Zero(t, b.rows(t, "wallet-credits"))
-				for _, logged := range b.logs.find("cannot apply messages") {
-					require.ErrorIs(t, logged.err, inbox.ErrInvalidOption)
-					require.ErrorContains(t, logged.err, "another database than the inbox's")
-					require.ErrorContains(t, logged.err, "WithSubscriberTx(false)")
+				for _, logged := range b.logs.Find("cannot apply messages") {
+					require.ErrorIs(t, logged.Err, inbox.ErrInvalidOption)
+					require.ErrorContains(t, logged.Err, "another database than the inbox's")
+					require.ErrorContains(t, logged.Err, "WithSubscriberTx(false)")
 				}
 				return
 			}

@@ -66,7 +66,7 @@ func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
 		}
 		return nil
 	})
-	runRouter(t, router)
+	inboxtest.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 	select {
@@ -98,7 +98,7 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 			return err
 		})
 	}
-	runRouter(t, router)
+	inboxtest.RunRouter(t, router)
 
 	const events = 40
 	pub := newSQLPublisher(t, b.db)
@@ -147,7 +147,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
 	})
 	d.armed.Store(true)
-	runRouter(t, router)
+	inboxtest.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 	require.Eventually(t, func() bool { return len(out.Messages("credited")) > 0 }, 20*time.Second, 20*time.Millisecond,

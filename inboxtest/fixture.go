@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,10 +22,11 @@ const consumer = "wallet-credits"
 
 var tableSeq atomic.Int64
 
-// uniqueName returns a table name that no other case, driver or test process uses at the same time, short enough
-// for the inbox's limit of 48 characters.
-func uniqueName() string {
-	return fmt.Sprintf("inbox_suite_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
+// UniqueName returns prefix followed by the test process's ID, the clock and a sequence number: a table name that
+// no other test, driver or test process uses at the same time. A prefix of up to 24 characters leaves it within
+// the inbox's limit of 48 characters for a table name.
+func UniqueName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
 }
 
 // bundle is what one case needs: the database under test, a fresh inbox table, a side-effect table with account 1
@@ -44,7 +43,7 @@ type bundle struct {
 // the case ends.
 func newBundle(t *testing.T, conn Conn, migrate bool) *bundle {
 	t.Helper()
-	b := &bundle{conn: conn, d: conn.Dialect(), table: uniqueName(), logs: &RecordingLogger{}}
+	b := &bundle{conn: conn, d: conn.Dialect(), table: UniqueName("inbox_suite"), logs: &RecordingLogger{}}
 	b.accounts = b.table + "_accounts"
 	t.Cleanup(func() {
 		stmts := append([]string{`DROP TABLE IF EXISTS ` + b.accounts}, b.d.DropInbox(b.table)...)
@@ -135,8 +134,14 @@ func (b *bundle) balance(t *testing.T) int64 {
 // rows counts the inbox rows of the consumer.
 func (b *bundle) rows(t *testing.T) int64 {
 	t.Helper()
+	return b.rowsOf(t, consumer)
+}
+
+// rowsOf counts the inbox rows of the consumer named name.
+func (b *bundle) rowsOf(t *testing.T, name string) int64 {
+	t.Helper()
 	var n int64
-	b.queryRow(t, `SELECT count(*) FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1), []any{consumer}, &n)
+	b.queryRow(t, `SELECT count(*) FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1), []any{name}, &n)
 	return n
 }
 
@@ -182,79 +187,3 @@ func NewMessage(eventID string) *message.Message {
 
 // newMsg is NewMessage, as the suite's cases call it.
 func newMsg(eventID string) *message.Message { return NewMessage(eventID) }
-
-// RecordingLogger keeps the messages the inbox logs, for drivers' tests to count.
-type RecordingLogger struct {
-	mu      sync.Mutex
-	entries []string
-}
-
-func (l *RecordingLogger) log(msg string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = append(l.entries, msg)
-}
-
-// Error records msg.
-func (l *RecordingLogger) Error(msg string, _ error, _ watermill.LogFields) { l.log(msg) }
-
-// Info records msg.
-func (l *RecordingLogger) Info(msg string, _ watermill.LogFields) { l.log(msg) }
-
-// Debug records msg.
-func (l *RecordingLogger) Debug(msg string, _ watermill.LogFields) { l.log(msg) }
-
-// Trace records msg.
-func (l *RecordingLogger) Trace(msg string, _ watermill.LogFields) { l.log(msg) }
-
-// With returns l: the fields are not kept.
-func (l *RecordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
-
-// Count returns how many logged messages contain text.
-func (l *RecordingLogger) Count(text string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.entries {
-		if strings.Contains(e, text) {
-			n++
-		}
-	}
-	return n
-}
-
-// RecordingPublisher keeps copies of what is published to it, for dead letters and produced messages, and fails
-// its first FailFirst publishes as a broker that is down would.
-type RecordingPublisher struct {
-	FailFirst int
-	mu        sync.Mutex
-	attempts  int
-	published map[string][]*message.Message
-}
-
-// Publish keeps copies of msgs under topic, or fails while FailFirst says so.
-func (p *RecordingPublisher) Publish(topic string, msgs ...*message.Message) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.attempts++
-	if p.attempts <= p.FailFirst {
-		return fmt.Errorf("publish attempt %d: broker unavailable", p.attempts)
-	}
-	if p.published == nil {
-		p.published = map[string][]*message.Message{}
-	}
-	for _, m := range msgs {
-		p.published[topic] = append(p.published[topic], m.Copy())
-	}
-	return nil
-}
-
-// Close does nothing.
-func (p *RecordingPublisher) Close() error { return nil }
-
-// Messages returns what was published to topic, in order.
-func (p *RecordingPublisher) Messages(topic string) []*message.Message {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]*message.Message(nil), p.published[topic]...)
-}

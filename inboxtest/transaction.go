@@ -28,7 +28,11 @@ func appliesOnceAndSkipsTheDuplicate(t *testing.T, conn Conn) {
 	require.EqualValues(t, 1, b.rows(t))
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
-	require.Equal(t, 2, b.logs.Count("skipped duplicate"))
+	skips := b.logs.Find("skipped duplicate")
+	require.Len(t, skips, 2)
+	require.Equal(t, "info", skips[0].Level, "a duplicate is no error: the inbox works as it should")
+	require.Equal(t, consumer, skips[0].Fields["consumer"])
+	require.Equal(t, "evt-1", skips[0].Fields["event_id"])
 }
 
 func aHandlerErrorRollsBack(t *testing.T, conn Conn) {

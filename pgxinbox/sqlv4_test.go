@@ -136,22 +136,6 @@ func (b *testBundle) creditV4(amount int, calls *atomic.Int64) message.NoPublish
 	}
 }
 
-// runV4Router runs router until the test ends, and returns once it is running.
-func runV4Router(t *testing.T, router *message.Router) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router stopped before it ran: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = router.Close()
-		<-done
-	})
-}
-
 func TestSQLv4Join(t *testing.T) {
 	t.Parallel()
 	for name, a := range v4Adapters {
@@ -175,7 +159,7 @@ func TestSQLv4Join(t *testing.T) {
 					}
 					return b.creditV4(100, &calls)(msg)
 				})
-				runV4Router(t, router)
+				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2"))
 				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && b.logs.Count("skipped duplicate") == 1 },
@@ -208,7 +192,7 @@ func TestSQLv4Join(t *testing.T) {
 					}
 					return nil
 				})
-				runV4Router(t, router)
+				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"))
 				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
@@ -244,7 +228,7 @@ func TestSQLv4Join(t *testing.T) {
 					}
 					return nil
 				})
-				runV4Router(t, router)
+				inboxtest.RunRouter(t, router)
 				t.Cleanup(func() { close(release) })
 
 				publishV4(t, b, topic, newMsg("evt-1"))
@@ -298,7 +282,7 @@ func TestSQLv4Join(t *testing.T) {
 				require.NoError(t, err)
 				second.AddMiddleware(ib.Middleware)
 				second.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, a, b, "wallet"), b.creditV4(100, nil))
-				runV4Router(t, second)
+				inboxtest.RunRouter(t, second)
 				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 				require.Equal(t, 100, b.balance(t))
 			})
@@ -338,7 +322,7 @@ func TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack(t *testing.T) {
 			router.AddMiddleware(ib.Middleware)
 			var calls atomic.Int64
 			router.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, a, b, "wallet"), b.creditV4(100, &calls))
-			runV4Router(t, router)
+			inboxtest.RunRouter(t, router)
 
 			publishV4(t, b, topic, newMsg("evt-1"))
 			require.Eventually(t, func() bool { return b.logs.Count("cannot apply messages") >= 2 }, 30*time.Second, 10*time.Millisecond)
@@ -378,7 +362,7 @@ func TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack(t *testing.T) {
 			var calls atomic.Int64
 			router.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, v4Adapters[c.subscriber], b, "wallet"),
 				b.creditV4(100, &calls))
-			runV4Router(t, router)
+			inboxtest.RunRouter(t, router)
 
 			publishV4(t, b, topic, newMsg("evt-1"))
 			require.Eventually(t, func() bool { return len(nacks.Events()) > 0 }, 30*time.Second, 10*time.Millisecond)

@@ -77,7 +77,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 					}
 					return nil
 				})
-				runV4Router(t, router)
+				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"))
 				require.Eventually(t, func() bool { return b.balance(t) > 0 }, 10*time.Second, 20*time.Millisecond)
@@ -108,7 +108,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 					<-release
 					return errors.New("the handler never finished its work")
 				})
-				runV4Router(t, router)
+				inboxtest.RunRouter(t, router)
 				t.Cleanup(func() { close(release) })
 				publishV4(t, b, topic, newMsg("evt-1"))
 				<-started
@@ -135,7 +135,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 					}
 					return nil
 				})
-				runV4Router(t, router)
+				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"))
 				require.Eventually(t, func() bool { return calls.Load() == 2 }, 10*time.Second, 20*time.Millisecond,
