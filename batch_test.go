@@ -510,9 +510,9 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
-	var obs countingObserver
+	obs := &inboxtest.EventRecorder{}
 	ib, err := inbox.On(pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
-		inbox.WithLogger(b.logs), inbox.WithObserver(&obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
+		inbox.WithLogger(b.logs), inbox.WithObserver(obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
 	require.NoError(t, err)
 	var calls atomic.Int64
 	credit := b.credit(1, &calls)
@@ -547,7 +547,7 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 		require.Equal(t, uuid, msgs[0].UUID, id)
 	}
 	require.EqualValues(t, 16, calls.Load(), "no copy's handler runs")
-	require.EqualValues(t, 16, obs.duplicates.Load(), "each copy is reported a duplicate")
+	require.EqualValues(t, 16, obs.Count("DuplicateSkipped"), "each copy is reported a duplicate")
 	require.EqualValues(t, 1, pool.Begun.Load()-before, "the burst costs the batch's transaction only")
 
 	// Copies among new messages: the new ones apply in the batch, the copies end beside it.
@@ -563,7 +563,7 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 		require.Len(t, out[id], 1, id)
 	}
 	require.EqualValues(t, 24, calls.Load(), "only the new messages' handlers run")
-	require.EqualValues(t, 24, obs.duplicates.Load())
+	require.EqualValues(t, 24, obs.Count("DuplicateSkipped"))
 	require.EqualValues(t, 1, pool.Begun.Load()-before, "one transaction for the new messages and the copies")
 	require.Equal(t, 24, b.balance(t), "each message applied once")
 	require.Equal(t, 24, b.rows(t, "wallet-credits"))

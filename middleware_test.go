@@ -24,28 +24,6 @@ func TestMiddleware_OneLineUsageCompiles(t *testing.T) {
 	require.NoError(t, router.Close())
 }
 
-func TestMiddleware_AFailedCommitIsNackedAndAppliesNothing(t *testing.T) {
-	t.Parallel()
-	ib, b := setup(t)
-	// A deferred constraint is checked at COMMIT, so the handler and the claim succeed and the commit fails.
-	limits := b.table + "_limits"
-	_, err := b.db.Exec(`CREATE TABLE ` + limits + ` (id int, CONSTRAINT one_credit UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE ` + limits) })
-
-	_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := b.credit(100, nil)(msg); err != nil {
-			return nil, err
-		}
-		tx, _ := inbox.TxFromContext(msg.Context())
-		_, err := tx.ExecContext(msg.Context(), `INSERT INTO `+limits+` VALUES (1), (1)`)
-		return nil, err
-	})(newMsg("evt-1"))
-	require.ErrorContains(t, err, "inbox: commit wallet-credits/evt-1")
-	require.Equal(t, 0, b.balance(t))
-	require.Equal(t, 0, b.rows(t, "wallet-credits"))
-}
-
 // A consumer's first message registers its name, which takes a connection of its own. It must take it before the
 // message's transaction holds one: a pool that every handler drains while it waits for a second connection never
 // gives one back. One connection is the smallest such pool.

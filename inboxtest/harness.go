@@ -88,6 +88,11 @@ type Dialect struct {
 	// ExhaustConsumerIDs returns the statement that hands out the last of the table's consumer ids, as thousands
 	// of registered names would, so that no new name can be registered. Nil when ConsumerIDs is.
 	ExhaustConsumerIDs func(table string) string
+	// DeferredCheck returns a statement that creates the table named table with a constraint checked only at
+	// COMMIT, and a statement that violates it: a handler that runs the second makes its transaction's commit
+	// fail. Nil for a database that checks every constraint at its statement, as MariaDB and MySQL do: no commit
+	// of theirs fails on demand, and the case that needs one skips.
+	DeferredCheck func(table string) (create, violate string)
 	// RollBackNewest returns the statements that roll back the newest migration of the table named table and
 	// remove its record from the versions table, so that Migrate applies it again. The case runs them, in order,
 	// in one transaction, each statement as one call (a statement may hold several, as a migration file does).
@@ -124,6 +129,10 @@ var PostgreSQL = Dialect{
 	},
 	ExhaustConsumerIDs: func(table string) string {
 		return `SELECT setval(pg_get_serial_sequence('` + table + `_consumers', 'id'), 32767)`
+	},
+	DeferredCheck: func(table string) (create, violate string) {
+		return `CREATE TABLE ` + table + ` (id int, CONSTRAINT ` + table + `_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`,
+			`INSERT INTO ` + table + ` VALUES (1), (1)`
 	},
 	// The newest is 007, which moves the rows to the compact layout and numbers the consumers; its down migration
 	// drops the consumers table, and applying 007 again numbers them anew, in the order of their names.

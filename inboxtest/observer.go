@@ -84,6 +84,17 @@ func (o *EventRecorder) Hooks() []string {
 	return out
 }
 
+// Count returns how many times hook was called so far.
+func (o *EventRecorder) Count(hook string) int {
+	n := 0
+	for _, h := range o.Hooks() {
+		if h == hook {
+			n++
+		}
+	}
+	return n
+}
+
 // Events returns the events so far, in order.
 func (o *EventRecorder) Events() []RecordedEvent {
 	o.mu.Lock()
@@ -236,4 +247,27 @@ func leaseModeReportsAnExhaustedMessageAsNackedOrDeadLettered(t *testing.T, conn
 	require.Equal(t, "attempts_exhausted", letter.Reason)
 	finish, _ = OnlyEvent[inbox.FinishEvent](t, dead, "Finished")
 	require.Equal(t, inbox.OutcomeDeadLettered, finish.Outcome)
+}
+
+func theObserverSeesEachCleanupBatchWithItsConsumersRows(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	var calls atomic.Int64
+	rows := map[string][]string{"billing": EventIDs("bill", 3), "shipping": EventIDs("ship", 5)}
+	for name, ids := range rows {
+		b.apply(t, b.inbox(t, inbox.WithConsumer(name)), &calls, ids...)
+		b.age(t, name, thirtyDays, ids...)
+	}
+	obs := &EventRecorder{}
+	_, err := conn.Database().Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+	require.NoError(t, err)
+
+	perConsumer := map[string]int64{}
+	for _, r := range obs.Events() {
+		require.Equal(t, "RowsCleaned", r.Hook)
+		e := r.Event.(inbox.CleanupEvent)
+		require.Equal(t, b.table, e.Table)
+		require.LessOrEqual(t, e.Rows, int64(2), "one event per batch")
+		perConsumer[e.Consumer] += e.Rows
+	}
+	require.Equal(t, map[string]int64{"billing": 3, "shipping": 5}, perConsumer)
 }

@@ -228,3 +228,41 @@ func aCancelledMessageContextRollsBackAndNacks(t *testing.T, conn Conn) {
 		})
 	}
 }
+
+func aFailedCommitIsNackedAppliesNothingAndIsReported(t *testing.T, conn Conn) {
+	b := newBundle(t, conn, true)
+	if b.d.DeferredCheck == nil {
+		t.Skipf("%s checks every constraint at its statement: no commit fails on demand", b.d.Name)
+	}
+	limits := b.table + "_limits"
+	create, violate := b.d.DeferredCheck(limits)
+	b.mustExec(t, create)
+	t.Cleanup(func() { _, _ = b.exec(context.Background(), `DROP TABLE IF EXISTS `+limits) })
+
+	obs := &EventRecorder{}
+	var calls atomic.Int64
+	credit := b.credit(100, &calls)
+	// The handler and the claim succeed; the constraint is checked at the commit, which fails.
+	_, err := b.inbox(t, inbox.WithObserver(obs)).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := credit(msg); err != nil {
+			return nil, err
+		}
+		return nil, conn.ExecInHandler(msg.Context(), violate)
+	})(newMsg("evt-1"))
+	require.ErrorContains(t, err, "inbox: commit "+consumer+"/evt-1", "an error: the router nacks")
+	require.EqualValues(t, 1, calls.Load())
+	require.Zero(t, b.balance(t), "the effect went with the failed commit")
+	require.Zero(t, b.rows(t), "and the claim with it")
+
+	require.Equal(t, []string{"Claimed", "Committed", "Finished"}, obs.Hooks())
+	commit, _ := OnlyEvent[inbox.CommitEvent](t, obs, "Committed")
+	require.Error(t, commit.Err)
+	require.Positive(t, commit.Duration)
+	finish, _ := OnlyEvent[inbox.FinishEvent](t, obs, "Finished")
+	require.Equal(t, inbox.OutcomeFailed, finish.Outcome)
+	require.ErrorIs(t, finish.Err, commit.Err)
+
+	_, err = b.inbox(t).Middleware(credit)(newMsg("evt-1"))
+	require.NoError(t, err)
+	require.EqualValues(t, 100, b.balance(t), "the redelivery is applied")
+}
