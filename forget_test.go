@@ -13,28 +13,6 @@ import (
 func TestForget(t *testing.T) {
 	t.Parallel()
 
-	t.Run("RemovesTheRowSoTheNextCopyIsAppliedAgainAndLogsWhatItRemoved", func(t *testing.T) {
-		t.Parallel()
-		ib, b := setup(t)
-		h := ib.Middleware(b.credit(100, nil))
-		_, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"},
-			inbox.WithTable(b.table), inbox.WithLogger(b.logs))
-		require.NoError(t, err)
-		require.Equal(t, "done", row.State)
-		require.WithinDuration(t, time.Now(), row.ProcessedAt, time.Minute)
-		logged := b.logs.Find("Inbox row forgotten")
-		require.Len(t, logged, 1)
-		require.Equal(t, "evt-1", logged[0].Fields["event_id"])
-		require.Equal(t, "wallet-credits", logged[0].Fields["consumer"])
-
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, 200, b.balance(t), "the forgotten message was applied again")
-	})
-
 	t.Run("ReportsAnIDThatIsNoUUIDAsNotFoundInAUUIDTable", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
@@ -58,7 +36,9 @@ func TestForget(t *testing.T) {
 	})
 }
 
-func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) {
+// ReadStats on every driver, its counts and sizes, is in the driver suite; this reads what PostgreSQL's consumers
+// table adds: a registered consumer without rows, and a consumer's age from its registration.
+func TestReadStats_ListsRegisteredConsumersAndCountsExpiredLeases(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.insertAged(t, "wallet-credits", "a", "done", 20, 2*24*time.Hour, 1)
@@ -72,10 +52,6 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 
 	st, err := inbox.OnSQL(b.db).ReadStats(context.Background(), inbox.WithTable(b.table))
 	require.NoError(t, err)
-	require.Equal(t, b.table, st.Table)
-	require.Positive(t, st.TableBytes)
-	require.Positive(t, st.IndexBytes)
-	require.GreaterOrEqual(t, st.TotalBytes, st.TableBytes+st.IndexBytes)
 	require.Len(t, st.Consumers, 3)
 
 	q := st.Consumers[0]
@@ -97,6 +73,4 @@ func TestReadStats_CountsEachConsumersRowsByStateAndReadsTheSizes(t *testing.T) 
 	require.EqualValues(t, 20, w.Done)
 	require.InDelta(t, (48 * time.Hour).Seconds(), w.Age.Seconds(), 60)
 
-	_, err = inbox.OnSQL(b.db).ReadStats(context.Background(), inbox.WithTable(uniqueName("inbox_test_missing")))
-	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }

@@ -291,6 +291,12 @@ func readStats(t *testing.T, conn Conn) {
 	require.EqualValues(t, [6]int64{2, 0, 1, 1, 0, 0}, [6]int64{p.Rows, p.Done, p.Failed, p.Released, p.Processing, p.Expired})
 	require.Equal(t, consumer, w.Consumer)
 	require.EqualValues(t, [6]int64{2, 2, 0, 0, 0, 0}, [6]int64{w.Rows, w.Done, w.Failed, w.Released, w.Processing, w.Expired})
+	require.Positive(t, st.TableBytes)
+	require.Positive(t, st.IndexBytes)
+	require.GreaterOrEqual(t, st.TotalBytes, st.TableBytes+st.IndexBytes)
+
+	_, err = conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table+"_missing"))
+	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }
 
 func forget(t *testing.T, conn Conn) {
@@ -300,9 +306,15 @@ func forget(t *testing.T, conn Conn) {
 	b.apply(t, ib, &calls, "evt-1", "evt-2")
 	ctx := context.Background()
 
-	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.table))
+	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.table),
+		inbox.WithLogger(b.logs))
 	require.NoError(t, err)
 	require.Equal(t, "done", row.State)
+	require.WithinDuration(t, time.Now(), row.ProcessedAt, 2*time.Minute, "the row it removed")
+	logged := b.logs.Find("Inbox row forgotten")
+	require.Len(t, logged, 1, "what an operator removed is in the log")
+	require.Equal(t, "evt-1", logged[0].Fields["event_id"])
+	require.Equal(t, consumer, logged[0].Fields["consumer"])
 	require.EqualValues(t, 1, b.rows(t), "only that row is removed")
 	state, _ := b.row(t, "evt-2")
 	require.Equal(t, "done", state)
