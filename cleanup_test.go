@@ -354,7 +354,7 @@ func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
 func TestCleanup_ReportsAMissingTableAsSuch(t *testing.T) {
 	t.Parallel()
 	db := openDB(t)
-	_, err := inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(uniqueName("inbox_test_missing")))
+	_, err := inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(inboxtest.UniqueName("inbox_test_missing")))
 	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }
 
@@ -485,6 +485,6 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 	require.InDelta(t, (24 * time.Hour).Seconds(), ms[2].Age.Seconds(), 120, "since the cutoff of the cleanup")
 	require.False(t, ms[2].Covers(48*time.Hour))
 
-	_, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(uniqueName("inbox_test_missing")))
+	_, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(inboxtest.UniqueName("inbox_test_missing")))
 	require.True(t, errors.Is(err, inbox.ErrSchemaMissing))
 }

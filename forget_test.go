@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestForget(t *testing.T) {
@@ -16,12 +17,8 @@ func TestForget(t *testing.T) {
 	t.Run("ReportsAnIDThatIsNoUUIDAsNotFoundInAUUIDTable", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		table := uniqueName("inbox_test")
-		t.Cleanup(func() {
-			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
-				table + `_migrations, ` + table + `_consumers CASCADE`)
-			_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
-		})
+		table := inboxtest.UniqueName("inbox_test")
+		t.Cleanup(func() { dropInboxTables(db, table) })
 		opts := []inbox.MaintenanceOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
 		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), opts...))
 		_, err := inbox.OnSQL(db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, opts...)

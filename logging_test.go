@@ -40,7 +40,7 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("LogsASchemaThatHoldsEveryMessageBackAtError", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		b := &testBundle{db: db, table: uniqueName("inbox_missing")} // no table, and none created
+		b := &testBundle{db: db, table: inboxtest.UniqueName("inbox_missing")} // no table, and none created
 		out := &inboxtest.LockedBuffer{}
 		_, err := quiet(t, b, out, inbox.WithAutoMigrate(false)).Middleware(b.credit(100, nil))(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)

@@ -20,6 +20,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestPartitions_UUID7FloorIsTheLeastV7OfItsMillisecond(t *testing.T) {
@@ -43,7 +44,7 @@ func TestPartitions_UUID7FloorIsTheLeastV7OfItsMillisecond(t *testing.T) {
 // partitioned migrates a fresh inbox table partitioned by hour and returns it with its options.
 func partitioned(t testing.TB, db *sql.DB) (string, []inbox.SharedOption) {
 	t.Helper()
-	table := uniqueName("inbox_parts")
+	table := inboxtest.UniqueName("inbox_parts")
 	t.Cleanup(func() {
 		dropInboxTables(db, table)
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_effects`)

@@ -139,7 +139,7 @@ func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *te
 // waits, kills that process as a test timeout would, and checks that the pooler is gone with it: a pooler left
 // behind keeps its connections to PostgreSQL open after the tests.
 func TestPgbouncer_ThePoolerDiesWithTheTestProcess(t *testing.T) {
-	needsDB(t) // here, not only in StartPgbouncer: the child this starts runs without -short
+	inboxtest.SkipWhenShort(t, "PostgreSQL") // here, not only in StartPgbouncer: the child this starts runs without -short
 	if os.Getenv("INBOX_TEST_HOLD_PGBOUNCER") == "1" {
 		fmt.Printf("pooler=%s\n", inboxtest.StartPgbouncer(t, testDSN(), "postgres"))
 		time.Sleep(time.Minute) // killed long before

@@ -20,7 +20,7 @@ import (
 // it when the test ends.
 func freshTable(t *testing.T, db *sql.DB) string {
 	t.Helper()
-	table := uniqueName("inbox_fresh")
+	table := inboxtest.UniqueName("inbox_fresh")
 	t.Cleanup(func() {
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_migrations, ` + table + `_locks, ` +
 			table + `_consumers CASCADE`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,12 +19,7 @@ import (
 )
 
 // testDSN is the PostgreSQL the tests run against: INBOX_TEST_DATABASE_URL, or this machine's default.
-func testDSN() string {
-	if dsn := os.Getenv("INBOX_TEST_DATABASE_URL"); dsn != "" {
-		return dsn
-	}
-	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-}
+func testDSN() string { return inboxtest.PostgresDatabase(testDriver).DSN() }
 
 // testDriver is the database/sql driver the tests in this package use: lib/pq. The pgxinbox module runs the same
 // behaviour suite, and the tests behind pgbouncer, with pgx's database/sql driver and with pgx itself.
@@ -35,7 +29,7 @@ const testDriver = "postgres"
 // against the real PostgreSQL and mean nothing without it.
 func openDB(t testing.TB) *sql.DB {
 	t.Helper()
-	needsDB(t)
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
 	db, err := sql.Open(testDriver, testDSN())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -47,15 +41,6 @@ func openDB(t testing.TB) *sql.DB {
 	db.SetMaxOpenConns(20)
 	t.Cleanup(func() { db.Close() })
 	return db
-}
-
-// needsDB skips the test under -short, which runs only the tests that need no database, and does nothing
-// otherwise: without -short a test that needs PostgreSQL fails when it is missing.
-func needsDB(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs PostgreSQL; run without -short")
-	}
 }
 
 // exampleDB opens the test database for an Example and returns a table name no other test uses, with a function
@@ -73,7 +58,7 @@ func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 		db.Close()
 		return nil, "", nil, fmt.Errorf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %w", testDSN(), err)
 	}
-	table = uniqueName("inbox_example")
+	table = inboxtest.UniqueName("inbox_example")
 	drop = func() {
 		_, err := db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
 			table + `_migrations, ` + table + `_consumers, ` + table + `_accounts CASCADE`)
@@ -90,9 +75,6 @@ func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 	return db, table, drop, nil
 }
 
-var tableSeq atomic.Int64
-
-// uniqueName returns a table name no other test, or test process, uses at the same time.
 // inboxOptions lists shared options, and more, for New: a test that gives one list of options to the middleware
 // and to the maintenance calls keeps it as []inbox.SharedOption.
 func inboxOptions(shared []inbox.SharedOption, more ...inbox.Option) []inbox.Option {
@@ -110,10 +92,6 @@ func maintenanceOptions(shared []inbox.SharedOption) []inbox.MaintenanceOption {
 		out = append(out, o)
 	}
 	return out
-}
-
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
 }
 
 // testBundle is what a test needs around the Inbox under test: its database, its tables, and what it logged.
@@ -140,7 +118,7 @@ func setup(t testing.TB, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
 func newBundle(t testing.TB) *testBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{db: openDB(t), table: uniqueName("inbox_test"), logs: &recordingLogger{}}
+	b := &testBundle{db: openDB(t), table: inboxtest.UniqueName("inbox_test"), logs: &recordingLogger{}}
 	b.accounts = b.table + "_accounts"
 	require.NoError(t, inbox.OnSQL(b.db).Migrate(ctx, inbox.WithTable(b.table)))
 	_, err := b.db.ExecContext(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL)`)
@@ -200,7 +178,7 @@ type recordingLogger = inboxtest.RecordingLogger
 // tables when the test ends.
 func newSQLTopic(t testing.TB, db *sql.DB) string {
 	t.Helper()
-	topic := uniqueName("inbox_topic")
+	topic := inboxtest.UniqueName("inbox_topic")
 	t.Cleanup(func() {
 		if t.Failed() {
 			logXminHolders(t, db)

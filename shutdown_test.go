@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 func TestEndDelaysOnClose(t *testing.T) {
@@ -58,7 +59,7 @@ func TestEndDelaysOnClose(t *testing.T) {
 	t.Run("ARouterCloseEndsTheHoldBackOfAMessageThatArrivedWithoutASchema", func(t *testing.T) {
 		t.Parallel()
 		logs := &recordingLogger{}
-		mw := inbox.Middleware(openDB(t), inbox.WithTable(uniqueName("inbox_absent")), inbox.WithAutoMigrate(false),
+		mw := inbox.Middleware(openDB(t), inbox.WithTable(inboxtest.UniqueName("inbox_absent")), inbox.WithAutoMigrate(false),
 			inbox.WithRejectDelay(10*time.Minute), inbox.WithLogger(logs))
 		calls, err := closeWhileHeld(t, mw, logs, "Inbox cannot apply messages;", newMsg("evt-1"))
 		require.NoError(t, err, "Close returned within its timeout")

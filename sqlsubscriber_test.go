@@ -191,7 +191,7 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 // database is dropped when the test ends.
 func otherDatabase(t *testing.T, db *sql.DB) *sql.DB {
 	t.Helper()
-	name := uniqueName("inbox_other")
+	name := inboxtest.UniqueName("inbox_other")
 	_, err := db.Exec(`CREATE DATABASE ` + name)
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
 // TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate fills an inbox table of the layout before migration 007
@@ -40,7 +41,7 @@ func TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate(t *testing.T) {
 func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	ctx := context.Background()
 	db := openDB(t)
-	table := uniqueName("inbox_upgrade")
+	table := inboxtest.UniqueName("inbox_upgrade")
 	t.Cleanup(func() { dropInboxTables(db, table) })
 	opts := []inbox.SharedOption{inbox.WithTable(table), inbox.WithIDType(idType)}
 	maint := maintenanceOptions(opts)
@@ -231,9 +232,9 @@ func applyPreviousLayout(t *testing.T, exec func(string, ...any) (sql.Result, er
 
 // dropInboxTables drops the inbox table and everything the inbox made beside it.
 func dropInboxTables(db *sql.DB, table string) {
-	_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
-		table + `_migrations, ` + table + `_consumers CASCADE`)
-	_, _ = db.Exec(`DROP FUNCTION IF EXISTS ` + table + `_unfinished_claim()`)
+	for _, q := range inboxtest.PostgreSQL.DropInbox(table) {
+		_, _ = db.Exec(q)
+	}
 }
 
 // storedProduced is a produced message as the inbox stores it, and what its replay must carry.
@@ -246,7 +247,7 @@ type storedProduced struct {
 // layout, so it is what the previous release stored for the same message.
 func producedAsStored(t *testing.T, db *sql.DB, consumer, id string, idType inbox.IDType) storedProduced {
 	t.Helper()
-	scratch := uniqueName("inbox_scratch")
+	scratch := inboxtest.UniqueName("inbox_scratch")
 	t.Cleanup(func() { dropInboxTables(db, scratch) })
 	ib, err := inbox.New(db, inbox.WithTable(scratch), inbox.WithIDType(idType), inbox.WithConsumer(consumer))
 	require.NoError(t, err)

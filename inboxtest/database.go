@@ -62,6 +62,24 @@ func MySQLDatabase() Database {
 	return Database{Driver: "mysql", EnvVar: "MYSQL_TEST_DSN", DefaultDSN: DefaultMySQLDSN}
 }
 
+// DSN returns the DSN of d's server, or of the database RunInOwnDatabases created on it: d.EnvVar's value, or
+// d.DefaultDSN when that is unset or empty.
+func (d Database) DSN() string {
+	if dsn := os.Getenv(d.EnvVar); dsn != "" {
+		return dsn
+	}
+	return d.DefaultDSN
+}
+
+// SkipWhenShort skips t under -short, which runs only the tests that need no database, and does nothing
+// otherwise: without -short a test that needs the database named by what fails when it is missing.
+func SkipWhenShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s; run without -short", what)
+	}
+}
+
 // RunInOwnDatabases is for TestMain: it creates, on each server of dbs, a database named
 // inbox_test_<pid>_<random>, points the server's EnvVar at it, runs m, drops the databases, and returns the exit
 // code. The tests of one package run then leave no table behind and meet no other program's tables or locks.

@@ -101,13 +101,14 @@ func aFixedConsumerNameOverridesTheHandlersName(t *testing.T, conn Conn) {
 
 func withoutARouterOrAConsumerNameTheInboxRefusesToRun(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
-	ib, err := conn.Database().New(inbox.WithTable(b.table), inbox.WithRejectDelay(time.Millisecond))
+	ib, err := conn.Database().New(inbox.WithTable(b.table), inbox.WithRejectDelay(time.Millisecond), inbox.WithLogger(b.logs))
 	require.NoError(t, err)
 	var calls atomic.Int64
 	_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1")) // no router, so no handler's name
 	require.ErrorIs(t, err, inbox.ErrNoConsumer)
 	require.Zero(t, calls.Load())
 	require.Zero(t, b.balance(t))
+	require.Equal(t, 1, b.logs.Count("cannot apply message"), "the operator learns why")
 }
 
 func underTheRouterAMessageIsAckedOnlyAfterItsCommit(t *testing.T, conn Conn) {

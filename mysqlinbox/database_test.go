@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/mysqlinbox"
 )
 
@@ -95,7 +96,7 @@ func TestThePostgreSQLInboxRefusesMariaDB(t *testing.T) {
 
 	t.Run("WhenTheServerTellsAtTheFirstMessage", func(t *testing.T) {
 		db := openMySQLUnknown(t)
-		ib, err := inbox.New(db, inbox.WithTable(uniqueName("inbox_wrong")), inbox.WithConsumer("wallet-credits"),
+		ib, err := inbox.New(db, inbox.WithTable(inboxtest.UniqueName("inbox_wrong")), inbox.WithConsumer("wallet-credits"),
 			inbox.WithRejectDelay(time.Millisecond))
 		require.NoError(t, err, "without a known driver, the server is asked only when the database is used")
 		called := false
@@ -130,7 +131,7 @@ func TestTheMySQLInboxRefusesPostgreSQL(t *testing.T) {
 		c, err := pq.NewConnector(postgresDSN())
 		require.NoError(t, err)
 		db := openPostgres(t, unknownConnector{c})
-		err = mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(uniqueName("inbox_wrong")))
+		err = mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(inboxtest.UniqueName("inbox_wrong")))
 		require.ErrorIs(t, err, inbox.ErrInvalidOption)
 		require.ErrorContains(t, err, "this database is PostgreSQL")
 		require.ErrorContains(t, err, "use inbox.New, inbox.On or the pgxinbox module")

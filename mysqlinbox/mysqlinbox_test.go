@@ -18,6 +18,7 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/mysqlinbox"
 )
 
@@ -417,7 +418,7 @@ func TestMigrate(t *testing.T) {
 	t.Run("ManyProcessesAtOnceTakeTurns", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		table := uniqueName("inbox_my")
+		table := inboxtest.UniqueName("inbox_my")
 		t.Cleanup(func() { (&testBundle{db: db, table: table, accounts: table + "_accounts"}).drop(t) })
 		var wg sync.WaitGroup
 		errs := make([]error, 6)
@@ -451,7 +452,7 @@ func TestMigrate(t *testing.T) {
 	t.Run("TheMiddlewareCreatesAMissingTable", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		table := uniqueName("inbox_my")
+		table := inboxtest.UniqueName("inbox_my")
 		t.Cleanup(func() { (&testBundle{db: db, table: table, accounts: table + "_accounts"}).drop(t) })
 		ib, err := mysqlinbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"))
 		require.NoError(t, err)
@@ -465,7 +466,7 @@ func TestMigrate(t *testing.T) {
 	t.Run("UUIDColumnsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		err := mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(uniqueName("inbox_my")), inbox.WithIDType(inbox.IDTypeUUID))
+		err := mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(inboxtest.UniqueName("inbox_my")), inbox.WithIDType(inbox.IDTypeUUID))
 		require.ErrorContains(t, err, "VARBINARY")
 	})
 }

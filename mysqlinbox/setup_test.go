@@ -26,12 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 // testDSN is the MariaDB or MySQL the tests run against: MYSQL_TEST_DSN, or this machine's default.
-func testDSN() string {
-	if dsn := os.Getenv("MYSQL_TEST_DSN"); dsn != "" {
-		return dsn
-	}
-	return "root@tcp(127.0.0.1:3306)/test?parseTime=true"
-}
+func testDSN() string { return inboxtest.MySQLDatabase().DSN() }
 
 var (
 	sharedOnce sync.Once
@@ -43,9 +38,7 @@ var (
 // Under -short, which runs only the tests that need no database, it skips the test instead.
 func openDB(t testing.TB) *sql.DB {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs MariaDB or MySQL; run without -short")
-	}
+	inboxtest.SkipWhenShort(t, "MariaDB or MySQL")
 	sharedOnce.Do(func() {
 		sharedDB, sharedErr = sql.Open("mysql", testDSN())
 		if sharedErr != nil {
@@ -63,13 +56,6 @@ func openDB(t testing.TB) *sql.DB {
 	return sharedDB
 }
 
-var tableSeq atomic.Int64
-
-// uniqueName returns a table name no other test, or test process, uses at the same time.
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
-}
-
 // testBundle is what a test needs around the inbox under test: its database, its tables, and what it logged.
 type testBundle struct {
 	db       *sql.DB
@@ -82,7 +68,7 @@ type testBundle struct {
 func newBundle(t testing.TB) *testBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{db: openDB(t), table: uniqueName("inbox_my"), logs: &recordingLogger{}}
+	b := &testBundle{db: openDB(t), table: inboxtest.UniqueName("inbox_my"), logs: &recordingLogger{}}
 	b.accounts = b.table + "_accounts"
 	t.Cleanup(func() { b.drop(t) })
 	require.NoError(t, mysqlinbox.Database(b.db).Migrate(ctx, inbox.WithTable(b.table)))

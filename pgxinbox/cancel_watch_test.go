@@ -23,6 +23,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -85,7 +86,7 @@ func TestDeferredTx_AStatementWhoseContextEndsFailsAsInPgxsOwnTransaction(t *tes
 			}
 			t.Run(modeName+"/"+handlerName, func(t *testing.T) {
 				t.Parallel()
-				needsDB(t)
+				inboxtest.SkipWhenShort(t, "PostgreSQL")
 				cfg, err := pgxpool.ParseConfig(testDSN())
 				require.NoError(t, err)
 				cfg.ConnConfig.DefaultQueryExecMode = mode
@@ -137,7 +138,7 @@ func TestDeferredTx_AStatementWhoseContextEndsFailsAsInPgxsOwnTransaction(t *tes
 func TestBatch_CancelledMessagesOnTerminatedBackendsLeaveNoGoroutineBehind(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	app := uniqueName("inbox_cancel")
+	app := inboxtest.UniqueName("inbox_cancel")
 
 	killer, err := pgx.Connect(context.Background(), testDSN())
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -56,7 +57,7 @@ func TestDeferredBegin(t *testing.T) {
 	t.Parallel()
 	pool := openPool(t, testDSN())
 	ctx := context.Background()
-	table := uniqueName("deferred_begin")
+	table := inboxtest.UniqueName("deferred_begin")
 	_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (k text NOT NULL, id int NOT NULL, PRIMARY KEY (k, id))`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE `+table) })
@@ -255,7 +256,7 @@ func TestDeferredBeginOptions(t *testing.T) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testDSN())
 	require.NoError(t, err)
-	needsDB(t)
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
@@ -289,7 +290,7 @@ func TestDeferredBeginCancelledFirstStatementHoldsNothing(t *testing.T) {
 	defer cancel()
 	tx, err := pgxinbox.Pool(pool).Begin(ctx, driver.TxOptions{})
 	require.NoError(t, err)
-	sleep := `SELECT pg_sleep($1) -- ` + uniqueName("cancelled")
+	sleep := `SELECT pg_sleep($1) -- ` + inboxtest.UniqueName("cancelled")
 	_, err = tx.Exec(ctx, sleep, 5)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	_ = tx.Rollback(context.Background())

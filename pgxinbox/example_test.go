@@ -120,7 +120,7 @@ func ExampleNew_claimAtCommit() {
 // exampleAccounts creates an accounts table, account 1 at balance 0, under a fresh name for an inbox table, and
 // returns that name and what drops every table of the example.
 func exampleAccounts(ctx context.Context, pool *pgxpool.Pool) (table string, drop func(), err error) {
-	table = uniqueName("inbox_example")
+	table = inboxtest.UniqueName("inbox_example")
 	drop = func() {
 		for _, q := range []string{
 			`DROP TABLE IF EXISTS ` + table + `_accounts, ` + table + `_produced, ` + table + `_locks, ` + table + `_migrations, ` +

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -108,7 +109,7 @@ func TestMigrate(t *testing.T) {
 
 	t.Run("TheFirstMessageCreatesTheTables", func(t *testing.T) {
 		t.Parallel()
-		b := &testBundle{pool: openPool(t, testDSN()), table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
+		b := &testBundle{pool: openPool(t, testDSN()), table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
 		b.accounts = b.table + "_accounts"
 		t.Cleanup(func() { b.drop(t) })
 		_, err := b.pool.Exec(context.Background(), `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL);
@@ -124,7 +125,7 @@ func TestMigrate(t *testing.T) {
 
 	t.Run("WithoutAutoMigrateAMissingTableHoldsTheMessageBack", func(t *testing.T) {
 		t.Parallel()
-		b := &testBundle{pool: openPool(t, testDSN()), table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
+		b := &testBundle{pool: openPool(t, testDSN()), table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
 		b.accounts = b.table + "_accounts"
 		t.Cleanup(func() { b.drop(t) })
 		h := pgxinbox.Middleware(b.pool, b.options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(time.Millisecond))...)(b.credit(100, nil))

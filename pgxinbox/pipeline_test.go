@@ -150,8 +150,8 @@ type pipelineBundle struct {
 
 func newPipelineBundle(t *testing.T, mode pgx.QueryExecMode) *pipelineBundle {
 	t.Helper()
-	needsDB(t)
-	ledger := uniqueName("pipeline_ledger")
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
+	ledger := inboxtest.UniqueName("pipeline_ledger")
 	insert := `INSERT INTO ` + ledger + ` (id, amount) VALUES ($1, $2)`
 	log := newStatementLog(insert)
 	cfg, err := pgxpool.ParseConfig(testDSN())

@@ -44,7 +44,7 @@ func TestEveryQueryExecModeRunsEveryStatementOfTheInbox(t *testing.T) {
 func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
+	b := &testBundle{table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
 	b.pool = openPool(t, testDSN()) // the test's own reads and writes, in pgx's default mode
 	b.accounts = b.table + "_accounts"
 	t.Cleanup(func() { b.drop(t) })

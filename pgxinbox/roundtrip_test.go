@@ -154,7 +154,7 @@ func openCountingPool(t testing.TB, trips *tripCounter, mode pgx.QueryExecMode) 
 // synchronous_commit).
 func openCountingPoolWith(t testing.TB, trips *tripCounter, mode pgx.QueryExecMode, params map[string]string) *pgxpool.Pool {
 	t.Helper()
-	needsDB(t)
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
 	cfg, err := pgxpool.ParseConfig(testDSN())
 	require.NoError(t, err)
 	cfg.MaxConns = 10

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,21 +20,7 @@ import (
 )
 
 // testDSN is the PostgreSQL the tests run against: INBOX_TEST_DATABASE_URL, or this machine's default.
-func testDSN() string {
-	if dsn := os.Getenv("INBOX_TEST_DATABASE_URL"); dsn != "" {
-		return dsn
-	}
-	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// needsDB skips the test under -short, which runs only the tests that need no database; without -short a test
-// that needs PostgreSQL fails when it is missing.
-func needsDB(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs PostgreSQL; run without -short")
-	}
-}
+func testDSN() string { return inboxtest.PostgresDatabase("pgx").DSN() }
 
 // openPool connects a pgx pool to dsn and fails the test, loudly, when it cannot.
 func openPool(t testing.TB, dsn string) *pgxpool.Pool {
@@ -46,7 +31,7 @@ func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 // openPoolIn is openPool with the pool's statements sent in mode (pgx's default is QueryExecModeCacheStatement).
 func openPoolIn(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
-	needsDB(t)
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
 	cfg.MaxConns = 10
@@ -62,13 +47,6 @@ func openPoolIn(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgxpool.Pool 
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-var tableSeq atomic.Int64
-
-// uniqueName returns a table name no other test, or test process, uses at the same time.
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s_%d_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1e6, tableSeq.Add(1))
 }
 
 // testBundle is what a test needs around the inbox under test: its pool, its tables, and what it logged.
@@ -90,7 +68,7 @@ func newBundle(t testing.TB, opts ...inbox.MaintenanceOption) *testBundle {
 func newBundleOn(t testing.TB, pool *pgxpool.Pool, opts ...inbox.MaintenanceOption) *testBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{pool: pool, table: uniqueName("inbox_pgx"), logs: &recordingLogger{}}
+	b := &testBundle{pool: pool, table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
 	b.accounts = b.table + "_accounts"
 	t.Cleanup(func() { b.drop(t) })
 	require.NoError(t, pgxinbox.Database(b.pool).Migrate(ctx, append([]inbox.MaintenanceOption{inbox.WithTable(b.table)}, opts...)...))
@@ -172,7 +150,7 @@ type (
 // openStdlib connects to dsn through pgx v5's database/sql driver and fails the test, loudly, when it cannot.
 func openStdlib(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
-	needsDB(t)
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -61,7 +61,7 @@ func v4Bundle(t *testing.T) *testBundle {
 // when the test ends.
 func newV4Topic(t *testing.T, b *testBundle) string {
 	t.Helper()
-	topic := uniqueName("inbox_topic")
+	topic := inboxtest.UniqueName("inbox_topic")
 	t.Cleanup(func() {
 		_, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS "watermill_`+topic+`", "watermill_offsets_`+topic+`"`)
 	})

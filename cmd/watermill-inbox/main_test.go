@@ -42,12 +42,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testDSN() string {
-	if dsn := os.Getenv("INBOX_TEST_DATABASE_URL"); dsn != "" {
-		return dsn
-	}
-	return "postgres://root@127.0.0.1:5432/test?sslmode=disable"
-}
+func testDSN() string { return inboxtest.PostgresDatabase("postgres").DSN() }
 
 // result is what one run of the binary did.
 type result struct {
