@@ -103,12 +103,13 @@ func theObserverSeesATakeoverBeforeTheNextClaimAndTheLostLeaseOfTheLateHolder(t 
 	late, next := &EventRecorder{}, &EventRecorder{}
 	holding := make(chan struct{})
 	gate, release := Gate(t)
-	first := make(chan error, 1)
+	first, extended := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := b.inbox(t, inbox.WithLease(time.Hour), inbox.WithObserver(late)).
-			Middleware(func(*message.Message) ([]*message.Message, error) {
+			Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				close(holding)
 				<-gate
+				extended <- leaseOf(t, msg).Extend(msg.Context(), time.Hour)
 				return nil, nil
 			})(newMsg("evt-1"))
 		first <- err
@@ -139,7 +140,11 @@ func theObserverSeesATakeoverBeforeTheNextClaimAndTheLostLeaseOfTheLateHolder(t 
 	require.Equal(t, inbox.OutcomeCommitted, finish.Outcome)
 
 	release()
-	require.ErrorIs(t, <-first, inbox.ErrLeaseLost)
+	require.ErrorIs(t, <-extended, inbox.ErrLeaseLost, "the late holder cannot extend a lease it lost")
+	require.ErrorIs(t, <-first, inbox.ErrLeaseLost, "nor complete it over the new holder's row")
+	state, attempts := b.row(t, "evt-1")
+	require.Equal(t, "done", state, "the new holder's result stands")
+	require.EqualValues(t, 2, attempts)
 	require.Equal(t, []string{"Claimed", "LeaseLost", "Committed", "Finished"}, late.Hooks())
 	lost, rec := OnlyEvent[inbox.LeaseEvent](t, late, "LeaseLost")
 	require.Equal(t, "evt-1", lost.EventID)
