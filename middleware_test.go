@@ -15,6 +15,9 @@ import (
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 )
 
+// The middleware's behaviour on every driver is in the driver suite (inboxtest, run by suite_test.go); these are
+// the root's own: the README's line, a pool of one database/sql connection, and the options' checks.
+
 func TestMiddleware_OneLineUsageCompiles(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
