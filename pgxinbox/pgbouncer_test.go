@@ -77,7 +77,7 @@ func TestPgbouncer_AtPgxsDefaultsTheErrorNamesTheSetting(t *testing.T) {
 			require.NoError(t, err)
 			h := ib.Middleware(b.creditAnyTx(&inboxtest.CallCounter{}))
 			var failure error
-			for n := 0; n < 8*inboxtest.PgbouncerPoolSize && failure == nil; n++ {
+			for n := 0; n < 64*inboxtest.PgbouncerPoolSize && failure == nil; n++ { // the pooler hands one client connection whichever server connection is free
 				msg := newMsg(fmt.Sprintf("evt-%d", n))
 				msg.SetContext(context.Background())
 				_, failure = h(msg)
