@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +82,27 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 	require.Len(t, conflicts.events, 1)
 	require.Equal(t, inbox.ModeJoined, conflicts.events[0].Mode)
 	require.Equal(t, "refunded", conflicts.events[0].Message.Metadata.Get("type"))
+}
+
+// Migrate with WithFingerprint adds the column without rewriting the table: the heap keeps its file, and the rows
+// written before keep their bytes, with no fingerprint.
+func TestFingerprint_MigrateAddsTheColumnWithoutRewritingTheTable(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	var calls atomic.Int64
+	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	require.NoError(t, err)
+	_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+	require.NoError(t, err)
+	filenode := func() (node int64) {
+		require.NoError(t, b.db.QueryRow(`SELECT pg_relation_filenode($1::regclass)`, b.table).Scan(&node))
+		return node
+	}
+	before := filenode()
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table),
+		inbox.WithFingerprint(inbox.Fingerprint{})))
+	require.Equal(t, before, filenode(), "the heap was not rewritten")
+	var withFingerprint int
+	require.NoError(t, b.db.QueryRow(`SELECT count(fingerprint) FROM `+b.table).Scan(&withFingerprint))
+	require.Zero(t, withFingerprint, "the row written before has none")
 }
