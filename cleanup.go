@@ -7,8 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/maintain"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 const (
@@ -125,7 +125,7 @@ func (d *Database) Cleanup(ctx context.Context, p CleanupParams, opts ...Mainten
 	if err := p.validate(); err != nil {
 		return CleanupResult{}, err
 	}
-	return cleanup(ctx, d.pool, newOpsStore(d.dialect, c.table), c, p)
+	return cleanup(ctx, d.ops(c.table), c, p)
 }
 
 func (p *CleanupParams) setDefaults() {
@@ -149,12 +149,12 @@ func (p CleanupParams) validate() error {
 	return nil
 }
 
-func cleanup(ctx context.Context, pool driver.Pool, s *opsStore, c config, p CleanupParams) (CleanupResult, error) {
-	r, err := maintain.Cleanup(ctx, s.env(pool, c), maintain.CleanupParams{
+func cleanup(ctx context.Context, o store.Ops, c config, p CleanupParams) (CleanupResult, error) {
+	r, err := maintain.Cleanup(ctx, maintainEnv(o, c), maintain.CleanupParams{
 		Retention: p.Retention, BatchSize: p.BatchSize, Pause: p.Pause, Rest: DefaultCleanupRest,
 		PartitionPeriod: c.partitionPeriod,
 		Deleted: func(ctx context.Context, consumer string, n int64, batches int, total int64) {
-			c.observer.RowsCleaned(ctx, CleanupEvent{Table: s.table, Consumer: consumer, Rows: n})
+			c.observer.RowsCleaned(ctx, CleanupEvent{Table: o.Table, Consumer: consumer, Rows: n})
 			if p.Progress != nil {
 				p.Progress(CleanupProgress{Consumer: consumer, Batch: batches, Deleted: n, Total: total})
 			}
@@ -188,10 +188,9 @@ type CleanerConfig struct {
 // of a service if that is simpler than choosing one; the cleanup lock lets one clean per round while the others
 // skip.
 type Cleaner struct {
-	pool  driver.Pool
+	ops   store.Ops
 	cfg   CleanerConfig
 	c     config
-	store *opsStore
 	watch *maintain.Watch
 }
 
@@ -221,7 +220,7 @@ func (d *Database) NewCleaner(cfg CleanerConfig, opts ...MaintenanceOption) (*Cl
 		return nil, fmt.Errorf("%w: CleanerConfig.Window %s is not shorter than Retention %s: the inbox would forget "+
 			"messages that can still be redelivered; keep them longer than the window, with a margin", ErrInvalidOption, cfg.Window, cfg.Retention)
 	}
-	cl := &Cleaner{pool: d.pool, cfg: cfg, c: c, store: newOpsStore(d.dialect, c.table)}
+	cl := &Cleaner{ops: d.ops(c.table), cfg: cfg, c: c}
 	if cfg.Window > 0 {
 		cl.watch = maintain.NewWatch(cfg.Window, ErrShortMemory)
 	}
@@ -243,7 +242,7 @@ func (cl *Cleaner) Run(ctx context.Context) error {
 		}
 		if _, err := cl.Round(ctx); err != nil && ctx.Err() == nil {
 			cl.c.logger.Error("Inbox cleanup failed; retrying next round", err,
-				watermill.LogFields{"table": cl.store.table, "next_round_in": cl.cfg.Interval.String()})
+				watermill.LogFields{"table": cl.ops.Table, "next_round_in": cl.cfg.Interval.String()})
 		}
 		t.Reset(cl.cfg.Interval)
 	}
@@ -252,11 +251,11 @@ func (cl *Cleaner) Run(ctx context.Context) error {
 // Round runs one cleanup round now, as Cleanup does, and, if this instance held the lock and Window is set, the
 // retention check. Run calls it; call it yourself to drive the Cleaner from a scheduler of your own.
 func (cl *Cleaner) Round(ctx context.Context) (CleanupResult, error) {
-	res, err := cleanup(ctx, cl.pool, cl.store, cl.c, cl.cfg.CleanupParams)
+	res, err := cleanup(ctx, cl.ops, cl.c, cl.cfg.CleanupParams)
 	if err != nil || res.Skipped || cl.watch == nil {
 		return res, err
 	}
-	ms, err := cl.store.remembers(ctx, cl.pool)
+	ms, err := remembers(ctx, cl.ops)
 	if err != nil {
 		return res, err
 	}
@@ -264,6 +263,6 @@ func (cl *Cleaner) Round(ctx context.Context) (CleanupResult, error) {
 	for i, m := range ms {
 		memory[i] = maintain.Memory{Consumer: m.Consumer, Oldest: m.Oldest, Age: m.Age}
 	}
-	cl.watch.Check(memory, cl.store.table, cl.c.logger)
+	cl.watch.Check(memory, cl.ops.Table, cl.c.logger)
 	return res, nil
 }

@@ -2,20 +2,18 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
-	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // ErrNotFound reports that the inbox has no row for a consumer and event ID: the message was never applied, or
 // its row was cleaned up.
-var ErrNotFound = errors.New("inbox: no such inbox row")
+var ErrNotFound = store.ErrNotFound
 
 // ForgetParams names the row Forget removes.
 type ForgetParams struct {
@@ -51,7 +49,6 @@ func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Maintenan
 	if err := d.check("Forget: "); err != nil {
 		return ForgottenRow{}, err
 	}
-	pool := d.pool
 	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return ForgottenRow{}, err
@@ -59,28 +56,19 @@ func (d *Database) Forget(ctx context.Context, p ForgetParams, opts ...Maintenan
 	if p.Consumer == "" || p.ID == "" {
 		return ForgottenRow{}, fmt.Errorf("%w: Forget: the consumer and the ID must both be set", ErrInvalidOption)
 	}
-	s := newOpsStore(d.dialect, c.table)
-	var f dialect.Forgotten
-	// Both statements in one short transaction: behind a transaction-pooling proxy each statement must be in one.
-	err = store.InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
-		var err error
-		f, err = s.d.Forget(ctx, tx, dialect.ForgetParams{Table: c.table, Consumer: p.Consumer, ID: p.ID, Force: p.Force})
-		return err
-	})
+	f, err := d.ops(c.table).Forget(ctx, dialect.ForgetParams{Consumer: p.Consumer, ID: p.ID, Force: p.Force})
+	if err != nil {
+		return ForgottenRow{}, err
+	}
 	r := ForgottenRow{State: f.State, ProcessedAt: f.ProcessedAt, Attempts: f.Attempts, LastError: f.LastError, HadProduced: f.HadProduced}
-	deleted, leftover := f.Deleted, f.Held
 	switch {
-	case s.d.Classify(err) == dialect.IDRefused: // not a UUID, in a uuid column: no row can have it
-		return ForgottenRow{}, fmt.Errorf("inbox: forget %s/%s: %w (the table stores UUIDs)", p.Consumer, p.ID, ErrNotFound)
-	case err != nil:
-		return ForgottenRow{}, s.wrap("forget "+p.Consumer+"/"+p.ID+" in", err)
-	case deleted:
+	case f.Deleted:
 		c.logger.Info("Inbox row forgotten: the next copy of the message will be applied again", watermill.LogFields{
 			"table": c.table, "consumer": p.Consumer, "event_id": p.ID, "state": r.State,
 			"processed_at": r.ProcessedAt, "attempts": r.Attempts, "last_error": r.LastError, "had_produced": r.HadProduced,
 		})
 		return r, nil
-	case !leftover:
+	case !f.Held:
 		return r, fmt.Errorf("inbox: forget %s/%s: %w", p.Consumer, p.ID, ErrNotFound)
 	}
 	return r, fmt.Errorf("inbox: forget %s/%s: %w for another %s; wait for it to end, or force", p.Consumer, p.ID,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
+	"github.com/effectively-once/watermill-inbox/internal/maintain"
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
@@ -29,4 +30,15 @@ func (s batchStore) SaveProduced(ctx context.Context, tx driver.Tx, consumer, id
 		return unusable{err}
 	}
 	return err
+}
+
+// ops is the store of the operations off a message's path (cleanup, partitions, the retention watch, stats and
+// Forget) on table.
+func (d *Database) ops(table string) store.Ops {
+	return store.Ops{Pool: d.pool, Dialect: d.dialect, Table: table}
+}
+
+// maintainEnv is what internal/maintain's passes work with: the store of operations and the options' logger.
+func maintainEnv(o store.Ops, c config) maintain.Env {
+	return maintain.Env{Ops: o, Logger: c.logger, Invalid: ErrInvalidOption}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
@@ -45,26 +44,21 @@ func (d *Database) Remembers(ctx context.Context, opts ...MaintenanceOption) ([]
 	if err := d.check("Remembers: "); err != nil {
 		return nil, err
 	}
-	pool := d.pool
 	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return newOpsStore(d.dialect, c.table).remembers(ctx, pool)
+	return remembers(ctx, d.ops(c.table))
 }
 
-func (s *opsStore) remembers(ctx context.Context, pool driver.Pool) ([]ConsumerMemory, error) {
-	var out []ConsumerMemory
-	err := store.InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
-		ms, err := s.d.Remembers(ctx, tx, s.table)
-		out = nil
-		for _, m := range ms {
-			out = append(out, ConsumerMemory{Consumer: m.Consumer, Oldest: m.Oldest, Age: m.Now.Sub(m.Oldest)})
-		}
-		return err
-	})
+func remembers(ctx context.Context, o store.Ops) ([]ConsumerMemory, error) {
+	ms, err := o.Remembers(ctx)
 	if err != nil {
-		return nil, s.wrap("read oldest rows", err)
+		return nil, err
+	}
+	var out []ConsumerMemory
+	for _, m := range ms {
+		out = append(out, ConsumerMemory{Consumer: m.Consumer, Oldest: m.Oldest, Age: m.Now.Sub(m.Oldest)})
 	}
 	return out, nil
 }

@@ -86,7 +86,7 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 		// Once the migrations committed: the partitions from a period back to PartitionsAhead ahead.
 		defer func() {
 			if err == nil {
-				_, err = maintain.Partitions(ctx, newOpsStore(d.dialect, c.table).env(d.pool, c), c.partitionPeriod,
+				_, err = maintain.Partitions(ctx, maintainEnv(d.ops(c.table), c), c.partitionPeriod,
 					time.Time{}, func(f func(driver.Tx) error) error { return store.InShortTx(ctx, d.pool, d.dialect, f) })
 			}
 		}()

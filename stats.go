@@ -2,14 +2,11 @@ package inbox
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
-	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // Stats is an operator's view of an inbox table, from ReadStats.
@@ -68,32 +65,17 @@ func (d *Database) ReadStats(ctx context.Context, opts ...MaintenanceOption) (St
 	if err := d.check("ReadStats: "); err != nil {
 		return Stats{}, err
 	}
-	pool := d.pool
 	c, err := newMaintenanceConfig(opts)
 	if err != nil {
 		return Stats{}, err
 	}
-	s := newOpsStore(d.dialect, c.table)
-	st := Stats{Table: c.table}
-	var exists bool
-	err = store.InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
-		ds, err := s.d.Stats(ctx, tx, c.table)
-		st = Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes,
-			ConsumerIDs: ds.ConsumerIDs, ConsumerIDsLeft: ds.ConsumerIDsLeft}
-		exists = ds.Exists
-		if err != nil || !exists {
-			return err
-		}
-		ms, err := s.d.Remembers(ctx, tx, c.table)
-		st.Consumers = mergeStats(ds.Consumers, ms)
-		return err
-	})
+	ds, ms, err := d.ops(c.table).Stats(ctx)
+	st := Stats{Table: c.table, Now: ds.Now, TableBytes: ds.TableBytes, IndexBytes: ds.IndexBytes, TotalBytes: ds.TotalBytes,
+		ConsumerIDs: ds.ConsumerIDs, ConsumerIDsLeft: ds.ConsumerIDsLeft}
 	if err != nil {
-		return st, s.wrap("read stats of", err)
+		return st, err
 	}
-	if !exists {
-		return st, fmt.Errorf("inbox: read stats of %s: %w", c.table, ErrSchemaMissing)
-	}
+	st.Consumers = mergeStats(ds.Consumers, ms)
 	return st, nil
 }
 

@@ -224,7 +224,7 @@ func (r *cleanupRound) walk(sc dialect.SpanCleaner) error {
 	}
 	pages.From, pages.To = span.First, span.Last+1
 	err = r.batch(func(tx driver.Tx) error { return sc.CleanupSummarize(r.ctx, tx, pages) })
-	if r.e.Dialect.Classify(err) == dialect.LockConflict {
+	if r.e.LockTaken(err) {
 		r.e.Logger.Debug("Inbox cleanup left the summaries of the pages it emptied to VACUUM: their lock was taken",
 			watermill.LogFields{"table": r.e.Table})
 		return nil

@@ -9,20 +9,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/effectively-once/watermill-inbox/dialect"
-	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
-// Env is what a maintenance pass works with.
+// Env is what a maintenance pass works with: the store of the operations off a message's path (its pool, dialect
+// and table, its short transactions and its reading of database errors) and what to report through.
 type Env struct {
-	Pool    driver.Pool
-	Dialect dialect.Dialect
-	Table   string
-	Logger  watermill.LoggerAdapter
-	// ShortTx runs fn in a short transaction of its own (dialect.InShortTx, with the inbox's explanations).
-	ShortTx func(ctx context.Context, fn func(tx driver.Tx) error) error
-	// Wrap names the operation and the table in a database error, and a missing schema as the inbox's sentinel.
-	Wrap func(op string, err error) error
+	store.Ops
+	Logger watermill.LoggerAdapter
 	// Invalid is the sentinel that wraps an error of the caller's configuration (inbox.ErrInvalidOption).
 	Invalid error
 }

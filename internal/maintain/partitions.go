@@ -159,7 +159,7 @@ func Partitions(ctx context.Context, e Env, period time.Duration, cutoff time.Ti
 		}
 		var err error
 		for try := 0; try < detachTries; try++ {
-			if err = run(func(tx driver.Tx) error { return pt.DetachPartition(ctx, tx, p) }); d.Classify(err) != dialect.LockConflict {
+			if err = run(func(tx driver.Tx) error { return pt.DetachPartition(ctx, tx, p) }); !e.LockTaken(err) {
 				break
 			}
 			if err := sleep(ctx, detachGap); err != nil {
@@ -191,7 +191,7 @@ func Partitions(ctx context.Context, e Env, period time.Duration, cutoff time.Ti
 // busy reports, and logs, a partition operation that could not take its locks in time: the next pass tries it
 // again.
 func busy(e Env, err error, op string, p dialect.PartitionParams) bool {
-	if err == nil || e.Dialect.Classify(err) != dialect.LockConflict {
+	if !e.LockTaken(err) {
 		return false
 	}
 	e.Logger.Info("Inbox left a partition for the next round: its lock was taken",
