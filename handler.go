@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -31,41 +32,45 @@ var ErrNoTx = errors.New("inbox: no inbox transaction in the message's context")
 // outside the database before it writes should call TxFromContext itself once that work is done, so that the
 // work overlaps the batch's other handlers. Handler panics if fn is nil.
 func Handler(fn func(ctx context.Context, tx *sql.Tx, msg *message.Message) error) message.NoPublishHandlerFunc {
-	if fn == nil {
-		panic("inbox: Handler: the function is nil")
-	}
-	return func(msg *message.Message) error {
-		ctx := msg.Context()
-		tx, err := handlerTx(ctx, "inbox.Handler")
-		if err != nil {
-			return err
-		}
-		return fn(ctx, tx, msg)
-	}
+	return HandlerOf("inbox.Handler", fn)
 }
 
 // ProducingHandler is Handler for a function that returns messages for the router to publish. The inbox stores
 // them with the message's row, and a duplicate gets them again, each with the same UUID (see ProducedMessageUUID).
 func ProducingHandler(fn func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error)) message.HandlerFunc {
+	return ProducingHandlerOf("inbox.ProducingHandler", fn)
+}
+
+// HandlerOf is Handler for the transaction type T of a client library's adapter (pgx.Tx for pgxinbox): adapter
+// packages build their helpers with it. helper names the helper in its errors and its panic.
+func HandlerOf[T any](helper string, fn func(ctx context.Context, tx T, msg *message.Message) error) message.NoPublishHandlerFunc {
 	if fn == nil {
-		panic("inbox: ProducingHandler: the function is nil")
+		panic(helper + ": the function is nil")
 	}
-	return func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		tx, err := handlerTx(ctx, "inbox.ProducingHandler")
-		if err != nil {
-			return nil, err
-		}
-		return fn(ctx, tx, msg)
+	produce := ProducingHandlerOf(helper, func(ctx context.Context, tx T, msg *message.Message) ([]*message.Message, error) {
+		return nil, fn(ctx, tx, msg)
+	})
+	return func(msg *message.Message) error {
+		_, err := produce(msg)
+		return err
 	}
 }
 
-func handlerTx(ctx context.Context, helper string) (*sql.Tx, error) {
-	native := NativeTxFromContext(ctx)
-	if tx, ok := native.(*sql.Tx); ok {
-		return tx, nil
+// ProducingHandlerOf is ProducingHandler for the transaction type T of a client library's adapter, as HandlerOf
+// is Handler.
+func ProducingHandlerOf[T any](helper string, fn func(ctx context.Context, tx T, msg *message.Message) ([]*message.Message, error)) message.HandlerFunc {
+	if fn == nil {
+		panic(helper + ": the function is nil")
 	}
-	return nil, NoTxError(ctx, helper, "*sql.Tx", native)
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		native := NativeTxFromContext(ctx)
+		tx, ok := native.(T)
+		if !ok {
+			return nil, NoTxError(ctx, helper, reflect.TypeFor[T]().String(), native)
+		}
+		return fn(ctx, tx, msg)
+	}
 }
 
 // NoTxError returns the error, wrapping ErrNoTx, that a handler helper named helper returns when ctx holds no

@@ -13,13 +13,11 @@ import (
 // handler's effect commit together. The inbox over database/sql (New, Middleware and OnSQL) joins it by
 // default; give it to On beside other joiners (pgxinbox.SQLv4Joiner for v4) when building a Database
 // by hand.
-func SQLv3Joiner() driver.Joiner { return sqlv3Joiner{} }
-
-type sqlv3Joiner struct{}
-
-func (sqlv3Joiner) Joined(ctx context.Context) (driver.Tx, bool) {
-	if tx, ok := wsql.TxFromContext(ctx); ok && tx != nil {
-		return driver.StdSQLTx(tx), true
-	}
-	return nil, false
+func SQLv3Joiner() driver.Joiner {
+	return driver.JoinerFunc(func(ctx context.Context) (driver.Tx, bool) {
+		if tx, ok := wsql.TxFromContext(ctx); ok && tx != nil {
+			return driver.StdSQLTx(tx), true
+		}
+		return nil, false
+	})
 }

@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // LoadMigrations reads a dialect's versioned schema changes from fsys: in dir, a file NNN_name.up.sql and its
@@ -83,4 +86,36 @@ func migrationFile(up string) (Migration, error) {
 		return Migration{}, fmt.Errorf("migration file %s: version is not a number", up)
 	}
 	return Migration{Version: version, Name: name}, nil
+}
+
+// Apply runs, on q, each migration of p newer than version from, each as the statements split returns for its Up
+// (nil: the whole file as one statement), and records its version with the statement record (parameters: the
+// version and the name); then it runs p.Check. It returns the version it reached, which is from when it applied
+// none. pkg names the dialect's package in errors ("inbox", "mysqlinbox").
+func (p MigrateParams) Apply(ctx context.Context, q driver.Executor, from int, record string, split func(string) []string, pkg string) (to int, err error) {
+	to = from
+	for _, m := range p.Migrations {
+		if m.Version <= from {
+			continue
+		}
+		stmts := []string{m.Up}
+		if split != nil {
+			stmts = split(m.Up)
+		}
+		for _, stmt := range stmts {
+			if _, err := q.Exec(ctx, stmt); err != nil {
+				return to, fmt.Errorf("%s: migrate: apply %03d_%s to %s: %w", pkg, m.Version, m.Name, p.Table, err)
+			}
+		}
+		if _, err := q.Exec(ctx, record, m.Version, m.Name); err != nil {
+			return to, fmt.Errorf("%s: migrate: record %03d_%s: %w", pkg, m.Version, m.Name, err)
+		}
+		to = m.Version
+	}
+	if p.Check != nil {
+		if err := p.Check(ctx, q, from, to); err != nil {
+			return to, err
+		}
+	}
+	return to, nil
 }

@@ -3,12 +3,36 @@ package dialect
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // Helpers for dialects whose queries return the rows of Remembers and Stats in the order their types list the
 // fields, so that each dialect writes its SQL and none repeats the scanning.
+
+// Found scans a row that is there when a statement took effect or a condition holds, into dest, and reports
+// whether it was there: no row is false with no error.
+func Found(row driver.Row, dest any) (bool, error) {
+	err := row.Scan(dest)
+	if errors.Is(err, driver.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// CheckColumnType reads a column's type from row (one text column; no row when the column does not exist) and
+// returns FingerprintColumn's results: whether the column exists and, when its type is not want, what is wrong.
+func CheckColumnType(row driver.Row, table, column, want string) (exists bool, problem string, err error) {
+	var typ string
+	if exists, err = Found(row, &typ); !exists || err != nil {
+		return false, "", err
+	}
+	if typ != want {
+		problem = "table " + table + ": column " + column + " is " + typ + ", want " + want
+	}
+	return true, problem, nil
+}
 
 // ScanRows runs query on q and calls scan for each row it returns.
 func ScanRows(ctx context.Context, q driver.Executor, query string, args []any, scan func(driver.Rows) error) error {

@@ -117,6 +117,12 @@ type Joiner interface {
 	Joined(ctx context.Context) (Tx, bool)
 }
 
+// JoinerFunc is a function that is a Joiner.
+type JoinerFunc func(ctx context.Context) (Tx, bool)
+
+// Joined calls f.
+func (f JoinerFunc) Joined(ctx context.Context) (Tx, bool) { return f(ctx) }
+
 // NativeTyper is implemented by a Pool that knows the type its transactions' Native values have for a handler:
 // the type its library's TxFromContext asks the context for (*sql.Tx for database/sql, pgx.Tx for pgx). A joined
 // subscriber transaction of another type (watermill-sql v4's over the other library's adapter) would leave the

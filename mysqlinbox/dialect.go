@@ -411,11 +411,7 @@ func (m *mysqlDialect) Forget(ctx context.Context, tx driver.Executor, p dialect
 // exists scans a row that is there when a condition holds.
 func exists(row driver.Row) (bool, error) {
 	var one int
-	err := row.Scan(&one)
-	if errors.Is(err, driver.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
+	return dialect.Found(row, &one)
 }
 
 // lockName is Migrate's named lock for table: at most 64 characters, as MySQL requires, whatever the table's name.

@@ -2,8 +2,6 @@ package mysqlinbox
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -21,17 +19,7 @@ func (m *mysqlDialect) AddFingerprint(ctx context.Context, tx driver.Executor, t
 }
 
 func (m *mysqlDialect) FingerprintColumn(ctx context.Context, q driver.Executor, table string) (bool, string, error) {
-	var typ string
-	err := q.QueryRow(ctx, m.sql(table).fingerprintColumn, table).Scan(&typ)
-	switch {
-	case errors.Is(err, driver.ErrNoRows):
-		return false, "", nil
-	case err != nil:
-		return false, "", err
-	case typ != "binary(8)":
-		return true, fmt.Sprintf("table %s: column fingerprint is %s, want binary(8)", table, typ), nil
-	}
-	return true, "", nil
+	return dialect.CheckColumnType(q.QueryRow(ctx, m.sql(table).fingerprintColumn, table), table, "fingerprint", "binary(8)")
 }
 
 func (m *mysqlDialect) SaveFingerprint(ctx context.Context, tx driver.Executor, p dialect.FingerprintParams) error {

@@ -99,25 +99,6 @@ func (m *mysqlDialect) Migrate(ctx context.Context, pool driver.Pool, p dialect.
 	if err := conn.QueryRow(ctx, q.versionsRead).Scan(&from); err != nil {
 		return 0, 0, fmt.Errorf("mysqlinbox: migrate: read %s: %w", versions, err)
 	}
-	to = from
-	for _, mig := range p.Migrations {
-		if mig.Version <= from {
-			continue
-		}
-		for _, stmt := range statements(mig.Up) {
-			if _, err := conn.Exec(ctx, stmt); err != nil {
-				return from, to, fmt.Errorf("mysqlinbox: migrate: apply %03d_%s to %s: %w", mig.Version, mig.Name, p.Table, err)
-			}
-		}
-		if _, err := conn.Exec(ctx, q.versionsRecord, mig.Version, mig.Name); err != nil {
-			return from, to, fmt.Errorf("mysqlinbox: migrate: record %03d_%s: %w", mig.Version, mig.Name, err)
-		}
-		to = mig.Version
-	}
-	if p.Check != nil {
-		if err := p.Check(ctx, conn, from, to); err != nil {
-			return from, to, err
-		}
-	}
-	return from, to, nil
+	to, err = p.Apply(ctx, conn, from, q.versionsRecord, statements, "mysqlinbox")
+	return from, to, err
 }

@@ -21,40 +21,12 @@ import (
 // batch's transaction as TxFromContext gives it, which in a batch of more than one message waits for its turn at
 // fn's first statement. Handler panics if fn is nil.
 func Handler(fn func(ctx context.Context, tx pgx.Tx, msg *message.Message) error) message.NoPublishHandlerFunc {
-	if fn == nil {
-		panic("pgxinbox: Handler: the function is nil")
-	}
-	return func(msg *message.Message) error {
-		ctx := msg.Context()
-		tx, err := handlerTx(ctx, "pgxinbox.Handler")
-		if err != nil {
-			return err
-		}
-		return fn(ctx, tx, msg)
-	}
+	return inbox.HandlerOf("pgxinbox.Handler", fn)
 }
 
 // ProducingHandler is Handler for a function that returns messages for the router to publish. The inbox stores
 // them with the message's row, and a duplicate gets them again, each with the same UUID (see
 // inbox.ProducedMessageUUID).
 func ProducingHandler(fn func(ctx context.Context, tx pgx.Tx, msg *message.Message) ([]*message.Message, error)) message.HandlerFunc {
-	if fn == nil {
-		panic("pgxinbox: ProducingHandler: the function is nil")
-	}
-	return func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		tx, err := handlerTx(ctx, "pgxinbox.ProducingHandler")
-		if err != nil {
-			return nil, err
-		}
-		return fn(ctx, tx, msg)
-	}
-}
-
-func handlerTx(ctx context.Context, helper string) (pgx.Tx, error) {
-	native := inbox.NativeTxFromContext(ctx)
-	if tx, ok := native.(pgx.Tx); ok {
-		return tx, nil
-	}
-	return nil, inbox.NoTxError(ctx, helper, "pgx.Tx", native)
+	return inbox.ProducingHandlerOf("pgxinbox.ProducingHandler", fn)
 }

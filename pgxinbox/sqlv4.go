@@ -20,15 +20,11 @@ import (
 // handlers could not reach back, with an error wrapping inbox.ErrInvalidOption, instead of running the handler
 // without one. The subscriber commits it after the ack, or on its own terms (see WithSubscriberTx in the inbox
 // package for how the inbox guards against that).
-func SQLv4Joiner() driver.Joiner { return sqlV4Joiner{} }
+func SQLv4Joiner() driver.Joiner { return driver.JoinerFunc(joinV4) }
 
-type sqlV4Joiner struct{}
-
-func (sqlV4Joiner) Joined(ctx context.Context) (driver.Tx, bool) {
-	tx, ok := wsql.TxFromContext(ctx)
-	if !ok || tx == nil {
-		return nil, false
-	}
+// joinV4 unwraps the transaction of either adapter, by value or by pointer, and finds none in a nil one.
+func joinV4(ctx context.Context) (driver.Tx, bool) {
+	tx, _ := wsql.TxFromContext(ctx)
 	switch t := tx.(type) {
 	case *wsql.StdSQLTx:
 		if t != nil && t.Tx != nil {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -39,17 +38,7 @@ func (pg *postgres) AddFingerprint(ctx context.Context, tx driver.Executor, tabl
 }
 
 func (pg *postgres) FingerprintColumn(ctx context.Context, q driver.Executor, table string) (bool, string, error) {
-	var typ string
-	err := q.QueryRow(ctx, fingerprintColumnSQL, quoteIdent(table)).Scan(&typ)
-	switch {
-	case errors.Is(err, driver.ErrNoRows):
-		return false, "", nil
-	case err != nil:
-		return false, "", err
-	case typ != "bytea":
-		return true, "table " + table + ": column fingerprint is " + typ + ", want bytea", nil
-	}
-	return true, "", nil
+	return dialect.CheckColumnType(q.QueryRow(ctx, fingerprintColumnSQL, quoteIdent(table)), table, "fingerprint", "bytea")
 }
 
 func (pg *postgres) SaveFingerprint(ctx context.Context, tx driver.Executor, p dialect.FingerprintParams) error {

@@ -96,25 +96,8 @@ func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.Mig
 			from = compactVersion
 		}
 	}
-	to = from
-	for _, m := range p.Migrations {
-		if m.Version <= from {
-			continue
-		}
-		if _, err := tx.Exec(ctx, m.Up); err != nil {
-			return from, to, fmt.Errorf("inbox: migrate: apply %03d_%s to %s: %w", m.Version, m.Name, p.Table, err)
-		}
-		if _, err := tx.Exec(ctx, pg.sql(versionsRecordSQL, p.Table), m.Version, m.Name); err != nil {
-			return from, to, fmt.Errorf("inbox: migrate: record %03d_%s: %w", m.Version, m.Name, err)
-		}
-		to = m.Version
-	}
-	if p.Check != nil {
-		if err := p.Check(ctx, tx, from, to); err != nil {
-			return from, to, err
-		}
-	}
-	return from, to, nil
+	to, err = p.Apply(ctx, tx, from, pg.sql(versionsRecordSQL, p.Table), nil, "inbox")
+	return from, to, err
 }
 
 // migrationLockKey derives the advisory lock key from the table name, so migrations of two inbox tables do not wait

@@ -8,7 +8,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -130,11 +129,7 @@ func (*postgres) JoinsSubscriberTx() bool { return true }
 // scanTrue scans a row that is there when a statement took effect, and nothing when it did not.
 func scanTrue(row driver.Row) (bool, error) {
 	var ok bool
-	err := row.Scan(&ok)
-	if errors.Is(err, driver.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
+	return dialect.Found(row, &ok)
 }
 
 // nullable turns no produced messages into SQL NULL, and others into a text parameter for the jsonb column: as

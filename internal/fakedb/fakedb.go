@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
@@ -58,7 +59,7 @@ type DB struct {
 	offset     time.Duration
 	failCommit []error
 	failClaims []dialect.ErrorKind
-	commits    int
+	commits    atomic.Int64
 }
 
 // New returns an empty database.
@@ -136,11 +137,7 @@ func (db *DB) Rows() int {
 }
 
 // Commits counts the transactions that committed.
-func (db *DB) Commits() int {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	return db.commits
-}
+func (db *DB) Commits() int { return int(db.commits.Load()) }
 
 // Tx is a transaction. Its writes and effects are its own until it commits; a row it writes is locked until it
 // ends, and another transaction that writes the row waits for that.
@@ -211,7 +208,7 @@ func (tx *Tx) Commit(ctx context.Context) error {
 	for account, n := range tx.effects {
 		tx.db.balances[account] += n
 	}
-	tx.db.commits++
+	tx.db.commits.Add(1)
 	tx.endLocked()
 	return nil
 }
