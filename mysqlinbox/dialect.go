@@ -351,20 +351,20 @@ func (m *mysqlDialect) CleanupBatch(ctx context.Context, tx driver.Executor, p d
 	q := m.sql(p.Table)
 	b := dialect.CleanupBatch{Next: p.From}
 	var last utcTime
-	if err := tx.QueryRow(ctx, q.batchPick, p.Consumer, p.From, p.Cutoff, p.Limit).Scan(&b.Picked, &last); err != nil {
+	if err := tx.QueryRow(ctx, q.batchPick, p.Consumer, utcArg(p.From), utcArg(p.Cutoff), p.Limit).Scan(&b.Picked, &last); err != nil {
 		return b, err
 	}
 	if b.Picked == 0 {
 		return b, nil
 	}
 	b.Next = last.Time
-	n, err := tx.Exec(ctx, q.batchDelete, p.Consumer, p.From, last.Time, p.Cutoff, p.Limit)
+	n, err := tx.Exec(ctx, q.batchDelete, p.Consumer, utcArg(p.From), utcArg(last.Time), utcArg(p.Cutoff), p.Limit)
 	b.Deleted = n
 	return b, err
 }
 
 func (m *mysqlDialect) CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (n int64, err error) {
-	err = tx.QueryRow(ctx, m.sql(table).abandoned, cutoff).Scan(&n)
+	err = tx.QueryRow(ctx, m.sql(table).abandoned, utcArg(cutoff)).Scan(&n)
 	return n, err
 }
 

@@ -10,8 +10,8 @@
 //		return err
 //	})
 //
-// The inbox's times are DATETIME values in UTC, read as such with or without the connection string's parseTime;
-// leave its loc at the default, UTC, in which the driver writes the times the inbox passes back. Everything else
+// The inbox's times are DATETIME values in UTC, read and written as such whatever the connection string's
+// parseTime and loc. Everything else
 // the inbox offers (Migrate, Cleanup, NewCleaner, ReadStats, Forget, Remembers) is a method of the
 // *inbox.Database that Database returns.
 //

@@ -29,7 +29,9 @@ func (u *utcTime) Scan(v any) error {
 		*u = utcTime{}
 		return nil
 	case time.Time:
-		*u = utcTime{Time: v, Valid: true}
+		// The driver read the DATETIME's wall clock in the connection string's loc: the same wall clock in UTC is
+		// the value.
+		*u = utcTime{Time: time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC), Valid: true}
 		return nil
 	case []byte:
 		text = string(v)
@@ -44,6 +46,15 @@ func (u *utcTime) Scan(v any) error {
 	}
 	*u = utcTime{Time: t, Valid: true}
 	return nil
+}
+
+// utcArg is t as a statement's parameter for a DATETIME(6) column in UTC: its text, since go-sql-driver/mysql
+// would write a time.Time as its wall clock in the connection string's loc.
+func utcArg(t time.Time) string {
+	if t.IsZero() {
+		return "0000-00-00" // as the driver writes a zero time.Time
+	}
+	return t.UTC().Format(datetimeLayout + ".999999")
 }
 
 // scanMemories runs a query returning (consumer, oldest, now) per consumer (dialect.ScanMemories, with its times

@@ -77,3 +77,47 @@ func TestEveryOperationWorksWithoutParseTime(t *testing.T) {
 		require.Equal(t, 1, b.rows(t, "wallet-credits"))
 	})
 }
+
+// A connection string's loc other than UTC makes go-sql-driver/mysql read a DATETIME as that zone's wall clock and
+// write a time.Time converted to it. The inbox's times are UTC whatever the loc: a row is kept for its whole
+// retention, and the ages read are true.
+func TestEveryOperationKeepsUTCUnderAnotherLoc(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t) // its db has the default loc, UTC: the reference
+	ctx := context.Background()
+	openDB(t)
+	cfg, err := mysql.ParseDSN(testDSN())
+	require.NoError(t, err)
+	cfg.ParseTime = true
+	cfg.Loc = time.FixedZone("UTC+14", 14*3600)
+	c, err := mysql.NewConnector(cfg)
+	require.NoError(t, err)
+	db := sql.OpenDB(c)
+	t.Cleanup(func() { db.Close() })
+
+	ib, err := mysqlinbox.New(db, b.options()...)
+	require.NoError(t, err)
+	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	for _, id := range []string{"evt-expired", "evt-kept", "evt-forget"} {
+		_, err = h(newMsg(id))
+		require.NoError(t, err)
+	}
+	// 14 days is the retention: one row is 6 hours past it, one 6 hours short of it.
+	_, err = b.db.Exec(`UPDATE `+b.table+` SET processed_at = processed_at - INTERVAL ? HOUR WHERE message_id = 'evt-expired'`, 14*24+6)
+	require.NoError(t, err)
+	_, err = b.db.Exec(`UPDATE `+b.table+` SET processed_at = processed_at - INTERVAL ? HOUR WHERE message_id = 'evt-kept'`, 14*24-6)
+	require.NoError(t, err)
+	zoned := mysqlinbox.Database(db)
+
+	mem, err := zoned.Remembers(ctx, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.Len(t, mem, 1)
+	require.InDelta(t, (14*24 + 6), mem[0].Age.Hours(), 0.1, "the oldest row's age, in hours")
+	row, err := zoned.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-forget"}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), row.ProcessedAt, time.Minute)
+	res, err := zoned.Cleanup(ctx, inbox.CleanupParams{Retention: 14 * 24 * time.Hour}, inbox.WithTable(b.table))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Deleted, "evt-expired, and only it")
+	require.Equal(t, 1, b.rows(t, "wallet-credits"), "evt-kept stays for its whole retention")
+}
