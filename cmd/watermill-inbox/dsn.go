@@ -37,6 +37,9 @@ func parseDSN(dsn string) (target, error) {
 	case dsn == "":
 		return postgres, nil
 	case isURL && (scheme == "postgres" || scheme == "postgresql"):
+		if _, err := url.Parse(dsn); err != nil {
+			return target{}, fmt.Errorf("not a URL: %w", errDSNForm) // lib/pq's error would quote the DSN
+		}
 		return postgres, nil
 	case isURL && scheme == "mysql":
 		cfg, err := mysqlURL(dsn)

@@ -29,7 +29,7 @@ func TestParseDSN_TellsTheDatabaseFromTheForm(t *testing.T) {
 
 func TestParseDSN_RefusesOtherFormsWithoutRepeatingThem(t *testing.T) {
 	for _, dsn := range []string{"sqlserver://sa:s3cret@db/app", "s3cret", "mysql://u:s3cret@db", "mysql://u:s3cret@db/app/x",
-		"mysql://u:s3cret@db/app?parseTime=maybe"} {
+		"mysql://u:s3cret@db/app?parseTime=maybe", "postgres://u:s3cret%zz@db/app"} {
 		_, err := parseDSN(dsn)
 		if err == nil {
 			t.Errorf("parseDSN(%q) is accepted", dsn)
