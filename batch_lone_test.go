@@ -35,11 +35,11 @@ func TestBatch_ACopyOfALoneMessageWaitsForItInsteadOfDeadlocking(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	pool := &slowFirstBegin{Pool: driver.StdSQL(b.db), delay: 300 * time.Millisecond}
-	ib, err := inbox.OnDialect(postgres.Dialect(), pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
+	ib, err := inbox.OnDialect(postgres.Dialect(), pool).New(inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"),
 		inbox.WithBatch(0, 8))
 	require.NoError(t, err)
 	var calls atomic.Int64
-	h := ib.Middleware(b.credit(1, &calls))
+	h := ib.Middleware(b.Credit(1, &calls))
 	_, err = h(newMsg("warm-up")) // the schema check and the consumer's registration, and the slow BEGIN
 	require.NoError(t, err)
 	pool.begun.Store(0)
@@ -63,5 +63,5 @@ func TestBatch_ACopyOfALoneMessageWaitsForItInsteadOfDeadlocking(t *testing.T) {
 		require.NoError(t, <-errs, "the lone message and the batch must not wait for each other")
 	}
 	require.EqualValues(t, 3, calls.Load(), "warm-up, evt-1 once, evt-2")
-	require.Equal(t, 3, b.balance(t))
+	require.Equal(t, 3, b.Balance(t))
 }

@@ -74,7 +74,7 @@ func (b *testBundle) batchCredit(txids *sync.Map, fail func(id string) error) me
 			return nil, err
 		}
 		txids.Store(id, txid)
-		if _, err := tx.ExecContext(ctx, `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = 1`); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+b.Accounts+` SET balance = balance + 1 WHERE id = 1`); err != nil {
 			return nil, err
 		}
 		return nil, fail(id)
@@ -121,15 +121,15 @@ func TestBatch_AFailingHandlerNacksOnlyItsMessage(t *testing.T) {
 			} else {
 				require.ErrorContains(t, run.errs["evt-13"], "fails after its write")
 			}
-			require.Equal(t, len(ids)-1, b.balance(t), "every effect but the failed one's")
-			require.Equal(t, len(ids)-1, b.rows(t, "wallet-credits"), "every claim but the failed one's")
+			require.Equal(t, len(ids)-1, b.Balance(t), "every effect but the failed one's")
+			require.Equal(t, len(ids)-1, b.Rows(t, "wallet-credits"), "every claim but the failed one's")
 
 			// Its redelivery is no duplicate: it applies, once.
 			var calls atomic.Int64
-			_, err := ib.Middleware(b.credit(1, &calls))(newMsg("evt-13"))
+			_, err := ib.Middleware(b.Credit(1, &calls))(newMsg("evt-13"))
 			require.NoError(t, err)
 			require.EqualValues(t, 1, calls.Load())
-			require.Equal(t, len(ids), b.balance(t))
+			require.Equal(t, len(ids), b.Balance(t))
 		})
 	}
 }
@@ -139,9 +139,9 @@ func TestBatch_ACommitThatFailsNacksTheWholeBatchAndAppliesNothing(t *testing.T)
 	ib, b := setup(t, inbox.WithBatch(0, 16), inbox.WithBatchConcurrency(1))
 	// A deferred unique constraint is checked at commit: two members writing the same key pass their statements
 	// and fail the batch's commit.
-	_, err := b.db.Exec(`CREATE TABLE ` + b.table + `_keys (k int, UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)`)
+	_, err := b.db.Exec(`CREATE TABLE ` + b.Table + `_keys (k int, UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)`)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE ` + b.table + `_keys`) })
+	t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE ` + b.Table + `_keys`) })
 	var txids sync.Map
 	ids := batchIDs(16)
 	run := runOneBatch(t, ib, b, b.batchCredit(&txids, func(id string) error { return nil }), ids[:14])
@@ -150,25 +150,25 @@ func TestBatch_ACommitThatFailsNacksTheWholeBatchAndAppliesNothing(t *testing.T)
 	}
 
 	clash := func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := b.credit(1, nil)(msg); err != nil {
+		if _, err := b.Credit(1, nil)(msg); err != nil {
 			return nil, err
 		}
 		tx, _ := inbox.TxFromContext(msg.Context())
 		id := msg.Metadata.Get(inbox.DefaultIDMetadataKey)
 		if id == "x-3" || id == "x-9" {
-			_, err := tx.ExecContext(msg.Context(), `INSERT INTO `+b.table+`_keys VALUES (1)`)
+			_, err := tx.ExecContext(msg.Context(), `INSERT INTO `+b.Table+`_keys VALUES (1)`)
 			return nil, err
 		}
 		return nil, nil
 	}
-	before := b.balance(t)
+	before := b.Balance(t)
 	run = runOneBatch(t, ib, b, clash, inboxtest.EventIDs("x", 16))
 	for id, err := range run.errs {
 		require.Error(t, err, "%s: the commit failed, so its ack must not happen", id)
 	}
 	require.Len(t, run.errs, 16)
-	require.Equal(t, before, b.balance(t), "nothing of the batch is applied")
-	require.Equal(t, 14, b.rows(t, "wallet-credits"), "no claim of the batch stays (beside the first batch's)")
+	require.Equal(t, before, b.Balance(t), "nothing of the batch is applied")
+	require.Equal(t, 14, b.Rows(t, "wallet-credits"), "no claim of the batch stays (beside the first batch's)")
 }
 
 func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {
@@ -178,7 +178,7 @@ func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {
 		ib, b := setup(t, inbox.WithBatch(0, inbox.MaxBatchSize), inbox.WithBatchConcurrency(1))
 		var calls atomic.Int64
 		ids := append(batchIDs(32), batchIDs(32)...) // every ID twice, all waiting at once
-		mw := ib.Middleware(b.credit(1, &calls))
+		mw := ib.Middleware(b.Credit(1, &calls))
 		var wg sync.WaitGroup
 		errs := make(chan error, len(ids))
 		for _, id := range ids {
@@ -195,7 +195,7 @@ func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 32, calls.Load())
-		require.Equal(t, 32, b.balance(t))
+		require.Equal(t, 32, b.Balance(t))
 	})
 	t.Run("InRacingBatches", func(t *testing.T) {
 		t.Parallel()
@@ -204,11 +204,11 @@ func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {
 		ids := batchIDs(60)
 		errs := inboxtest.DeliverCopies(t, ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			calls.Call(msg.Metadata.Get(inbox.DefaultIDMetadataKey))
-			return b.credit(1, nil)(msg)
+			return b.Credit(1, nil)(msg)
 		}), ids, 4)
 		requireNoErrors(t, errs)
 		calls.RequireOnceEach(t, ids)
-		require.Equal(t, len(ids), b.balance(t))
+		require.Equal(t, len(ids), b.Balance(t))
 	})
 }
 
@@ -228,7 +228,7 @@ func TestBatch_ACancelledContextMidBatchLosesNothing(t *testing.T) {
 			return nil, msg.Context().Err()
 		case <-time.After(time.Duration(started.Load()%3) * time.Millisecond):
 		}
-		return b.credit(1, nil)(msg)
+		return b.Credit(1, nil)(msg)
 	})
 	ids := batchIDs(100)
 	var mu sync.Mutex
@@ -248,8 +248,8 @@ func TestBatch_ACancelledContextMidBatchLosesNothing(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	require.Equal(t, len(acked), b.balance(t), "exactly the acked messages are applied")
-	require.Equal(t, len(acked), b.rows(t, "wallet-credits"))
+	require.Equal(t, len(acked), b.Balance(t), "exactly the acked messages are applied")
+	require.Equal(t, len(acked), b.Rows(t, "wallet-credits"))
 	require.Less(t, len(acked), len(ids), "the cancellation reached some messages")
 
 	var redelivered []string
@@ -258,8 +258,8 @@ func TestBatch_ACancelledContextMidBatchLosesNothing(t *testing.T) {
 			redelivered = append(redelivered, id)
 		}
 	}
-	requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.credit(1, nil)), redelivered, 1))
-	require.Equal(t, len(ids), b.balance(t), "after the redelivery, every message once")
+	requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.Credit(1, nil)), redelivered, 1))
+	require.Equal(t, len(ids), b.Balance(t), "after the redelivery, every message once")
 }
 
 func TestBatch_HandlersOverlapTheirWorkBeforeTheTransaction(t *testing.T) {
@@ -282,14 +282,14 @@ func TestBatch_HandlersOverlapTheirWorkBeforeTheTransaction(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 		working.Add(-1)
-		return b.credit(1, nil)(msg)
+		return b.Credit(1, nil)(msg)
 	}
 	run := runOneBatch(t, ib, b, h, batchIDs(inbox.MaxBatchSize))
 	for id, err := range run.errs {
 		require.NoError(t, err, id)
 	}
 	require.EqualValues(t, inbox.MaxBatchSize, most.Load(), "all the batch's handlers worked at once")
-	require.Equal(t, inbox.MaxBatchSize, b.balance(t))
+	require.Equal(t, inbox.MaxBatchSize, b.Balance(t))
 }
 
 func TestBatch_HandlersThatWorkLongerThanTheWaitAreNotHeldToFillABatch(t *testing.T) {
@@ -312,7 +312,7 @@ func TestBatch_HandlersThatWorkLongerThanTheWaitAreNotHeldToFillABatch(t *testin
 		} else {
 			time.Sleep(2 * wait) // the work before the handler's statement
 		}
-		return b.credit(1, nil)(msg)
+		return b.Credit(1, nil)(msg)
 	})
 	deliver := func(id string) <-chan error {
 		done := make(chan error, 1)
@@ -335,7 +335,7 @@ func TestBatch_HandlersThatWorkLongerThanTheWaitAreNotHeldToFillABatch(t *testin
 	require.NoError(t, <-last)
 	release()
 	require.NoError(t, <-running)
-	require.Equal(t, 3, b.balance(t))
+	require.Equal(t, 3, b.Balance(t))
 }
 
 func TestBatch_ABatchHoldingHalfTheMessagesInFlightDoesNotWaitToFill(t *testing.T) {
@@ -353,7 +353,7 @@ func TestBatch_ABatchHoldingHalfTheMessagesInFlightDoesNotWaitToFill(t *testing.
 			started.Store(true)
 			<-hold
 		}
-		return b.credit(1, nil)(msg)
+		return b.Credit(1, nil)(msg)
 	})
 	deliver := func(ids ...string) <-chan error {
 		errs := make(chan error, len(ids))
@@ -399,7 +399,7 @@ collect:
 	for _, err := range secondErrs {
 		require.NoError(t, err)
 	}
-	require.Equal(t, 2*in+1, b.balance(t))
+	require.Equal(t, 2*in+1, b.Balance(t))
 }
 
 func TestBatch_DuplicatesAndProducedMessagesBehaveAsWithoutBatching(t *testing.T) {
@@ -407,7 +407,7 @@ func TestBatch_DuplicatesAndProducedMessagesBehaveAsWithoutBatching(t *testing.T
 	ib, b := setup(t, inbox.WithBatch(0, 8))
 	var calls atomic.Int64
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := b.credit(1, &calls)(msg); err != nil {
+		if _, err := b.Credit(1, &calls)(msg); err != nil {
 			return nil, err
 		}
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
@@ -420,7 +420,7 @@ func TestBatch_DuplicatesAndProducedMessagesBehaveAsWithoutBatching(t *testing.T
 	require.EqualValues(t, 1, calls.Load(), "the duplicate is skipped")
 	require.Len(t, again, 1, "and its produced message goes out again")
 	require.Equal(t, first[0].UUID, again[0].UUID)
-	require.Equal(t, 1, b.balance(t))
+	require.Equal(t, 1, b.Balance(t))
 }
 
 func TestBatch_OptionsAreChecked(t *testing.T) {
@@ -446,7 +446,7 @@ func TestBatch_ALoneMessageThatFailsLeavesNothingBehind(t *testing.T) {
 	// A batch of one sets no savepoint: its failure rolls back the whole transaction instead.
 	ib, b := setup(t, inbox.WithBatch(0, 8))
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	failing := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
 			return nil, err
@@ -457,19 +457,19 @@ func TestBatch_ALoneMessageThatFailsLeavesNothingBehind(t *testing.T) {
 	})
 	_, err := failing(newMsg("evt-1"))
 	require.Error(t, err)
-	require.Zero(t, b.balance(t))
-	require.Zero(t, b.rows(t, "wallet-credits"))
+	require.Zero(t, b.Balance(t))
+	require.Zero(t, b.Rows(t, "wallet-credits"))
 	require.Panics(t, func() {
 		_, _ = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			_, _ = credit(msg)
 			panic("after its write")
 		})(newMsg("evt-1"))
 	})
-	require.Zero(t, b.balance(t))
-	require.Zero(t, b.rows(t, "wallet-credits"))
+	require.Zero(t, b.Balance(t))
+	require.Zero(t, b.Rows(t, "wallet-credits"))
 	_, err = ib.Middleware(credit)(newMsg("evt-1"))
 	require.NoError(t, err)
-	require.Equal(t, 1, b.balance(t))
+	require.Equal(t, 1, b.Balance(t))
 	require.EqualValues(t, 3, calls.Load())
 }
 
@@ -488,7 +488,7 @@ func TestBatch_HandlersThatTakeAPoolConnectionBesideTheirTransactionNeverStarveO
 		if err := b.db.QueryRowContext(msg.Context(), `SELECT 1`).Scan(&one); err != nil {
 			return nil, err
 		}
-		return b.credit(1, nil)(msg)
+		return b.Credit(1, nil)(msg)
 	})
 	const n = 32
 	errs := make(chan error, n)
@@ -503,7 +503,7 @@ func TestBatch_HandlersThatTakeAPoolConnectionBesideTheirTransactionNeverStarveO
 	for range n {
 		require.NoError(t, <-errs)
 	}
-	require.Equal(t, n, b.balance(t))
+	require.Equal(t, n, b.Balance(t))
 }
 
 func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
@@ -511,11 +511,11 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	b := newBundle(t)
 	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
 	obs := &inboxtest.EventRecorder{}
-	ib, err := inbox.On(pool).New(inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
-		inbox.WithLogger(b.logs), inbox.WithObserver(obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
+	ib, err := inbox.On(pool).New(inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"),
+		inbox.WithLogger(b.Logs), inbox.WithObserver(obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
 	require.NoError(t, err)
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	produced := sync.Map{} // event ID -> the UUID of the message its first application produced
 	h := func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
@@ -565,6 +565,6 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	require.EqualValues(t, 24, calls.Load(), "only the new messages' handlers run")
 	require.EqualValues(t, 24, obs.Count("DuplicateSkipped"))
 	require.EqualValues(t, 1, pool.Begun.Load()-before, "one transaction for the new messages and the copies")
-	require.Equal(t, 24, b.balance(t), "each message applied once")
-	require.Equal(t, 24, b.rows(t, "wallet-credits"))
+	require.Equal(t, 24, b.Balance(t), "each message applied once")
+	require.Equal(t, 24, b.Rows(t, "wallet-credits"))
 }

@@ -37,16 +37,16 @@ func BenchmarkLibpqPerMessage(b *testing.B) {
 	db.SetMaxIdleConns(8) // a connection per worker stays open: none is dialled while measured
 	tb := newBundle(b)
 	ctx := context.Background()
-	ib, err := inbox.New(db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-inbox"))
+	ib, err := inbox.New(db, inbox.WithTable(tb.Table), inbox.WithConsumer("bench-inbox"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	update := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	update := `UPDATE ` + tb.Accounts + ` SET balance = balance + 1 WHERE id = $1`
 	var ceilingID int
-	if err := db.QueryRow(`INSERT INTO ` + tb.table + `_consumers (name) VALUES ('bench-ceiling') RETURNING id`).Scan(&ceilingID); err != nil {
+	if err := db.QueryRow(`INSERT INTO ` + tb.Table + `_consumers (name) VALUES ('bench-ceiling') RETURNING id`).Scan(&ceilingID); err != nil {
 		b.Fatal(err)
 	}
-	claim, err := db.Prepare(`INSERT INTO ` + tb.table + ` (consumer_id, message_id, state) VALUES ($1, $2, 'd')
+	claim, err := db.Prepare(`INSERT INTO ` + tb.Table + ` (consumer_id, message_id, state) VALUES ($1, $2, 'd')
 		ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING true`)
 	if err != nil {
 		b.Fatal(err)
@@ -120,7 +120,7 @@ func BenchmarkLibpqPerMessage(b *testing.B) {
 			b.Run("work="+w.name+"/inflight="+strconv.Itoa(inflight), func(b *testing.B) {
 				interleave(b, &counted, inflight, w.kinds, func(k benchKind) func(string) error {
 					account := int(benchAccounts.Add(1)) + 1 // the bundle's own is 1
-					if _, err := db.Exec(`INSERT INTO `+tb.accounts+` VALUES ($1, 0)`, account); err != nil {
+					if _, err := db.Exec(`INSERT INTO `+tb.Accounts+` VALUES ($1, 0)`, account); err != nil {
 						b.Fatal(err)
 					}
 					return k.make(account, w.work)

@@ -22,7 +22,7 @@ import (
 func BenchmarkMiddleware(b *testing.B) {
 	_, tb := setup(b)
 	ctx := context.Background()
-	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = 1`
+	effect := `UPDATE ` + tb.Accounts + ` SET balance = balance + 1 WHERE id = 1`
 	run := func(name string, handle func(i int) error) {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
@@ -45,11 +45,11 @@ func BenchmarkMiddleware(b *testing.B) {
 		return tx.Commit()
 	})
 
-	txMode, err := inbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-inbox"))
+	txMode, err := inbox.New(tb.db, inbox.WithTable(tb.Table), inbox.WithConsumer("bench-inbox"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	credit := txMode.Middleware(tb.credit(1, nil))
+	credit := txMode.Middleware(tb.Credit(1, nil))
 	run("inbox", func(i int) error {
 		_, err := credit(newMsg("evt-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)))
 		return err
@@ -63,7 +63,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		return err
 	})
 
-	leaseMode, err := inbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-lease"), inbox.WithLease(time.Minute))
+	leaseMode, err := inbox.New(tb.db, inbox.WithTable(tb.Table), inbox.WithConsumer("bench-lease"), inbox.WithLease(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,11 +80,11 @@ func BenchmarkThroughput(b *testing.B) {
 	_, tb := setup(b)
 	tb.db.SetMaxOpenConns(16)
 	const accounts = 1000
-	if _, err := tb.db.Exec(`INSERT INTO ` + tb.accounts + ` SELECT g, 0 FROM generate_series(2, 1000) g`); err != nil {
+	if _, err := tb.db.Exec(`INSERT INTO ` + tb.Accounts + ` SELECT g, 0 FROM generate_series(2, 1000) g`); err != nil {
 		b.Fatal(err)
 	}
-	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	effect := `UPDATE ` + tb.Accounts + ` SET balance = balance + 1 WHERE id = $1`
 	inboxtest.Throughput(b, inboxtest.StdSQLThroughput(tb.db, accounts, effect, func(opts ...inbox.Option) (*inbox.Inbox, error) {
-		return inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table)}, opts...)...)
+		return inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.Table)}, opts...)...)
 	}))
 }

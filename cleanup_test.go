@@ -25,7 +25,7 @@ func (b *testBundle) insertAged(t testing.TB, consumer, prefix, state string, n 
 	t.Helper()
 	oldest := age + time.Duration(n/tie)*time.Millisecond
 	id := b.consumerAged(t, consumer, oldest)
-	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, processed_at)
+	_, err := b.db.Exec(`INSERT INTO `+b.Table+` (consumer_id, message_id, state, attempts, processed_at)
 		SELECT $1, $2 || '-' || g, $3::text::"char", CASE WHEN $3 = 'd' THEN NULL ELSE 1 END,
 			floor(extract(epoch FROM now() - $4 * interval '1 microsecond' - (g / $6) * interval '1 millisecond') / 60)::integer
 		FROM generate_series(1, $5::int) g`, id, prefix, stateLetter(t, state), age.Microseconds(), n, tie)
@@ -37,7 +37,7 @@ func (b *testBundle) insertAged(t testing.TB, consumer, prefix, state string, n 
 func (b *testBundle) consumerAged(t testing.TB, consumer string, age time.Duration) int {
 	t.Helper()
 	var id int
-	require.NoError(t, b.db.QueryRow(`INSERT INTO `+b.table+`_consumers AS c (name, created_at)
+	require.NoError(t, b.db.QueryRow(`INSERT INTO `+b.Table+`_consumers AS c (name, created_at)
 		VALUES ($1, now() - $2 * interval '1 microsecond')
 		ON CONFLICT (name) DO UPDATE SET created_at = least(c.created_at, excluded.created_at)
 		RETURNING id`, consumer, age.Microseconds()).Scan(&id))
@@ -80,7 +80,7 @@ func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T
 	b.insertAged(t, "wallet-credits", "new", "done", 100, time.Hour, 1)
 	// The walk sizes its windows of pages from the planner's rows per page, which autovacuum keeps; a test
 	// cannot wait for it.
-	_, err := b.db.Exec(`ANALYZE ` + b.table)
+	_, err := b.db.Exec(`ANALYZE ` + b.Table)
 	require.NoError(t, err)
 
 	obs := &cleanedObserver{}
@@ -88,7 +88,7 @@ func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T
 	res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{
 		Retention: inbox.DefaultRetention,
 		Progress:  func(p inbox.CleanupProgress) { batches = append(batches, p.Deleted) },
-	}, inbox.WithTable(b.table), inbox.WithObserver(obs), inbox.WithLogger(b.logs))
+	}, inbox.WithTable(b.Table), inbox.WithObserver(obs), inbox.WithLogger(b.Logs))
 	require.NoError(t, err)
 
 	// The batches are windows of pages of about a batch of rows each, so their sizes follow the pages; none may
@@ -105,17 +105,17 @@ func TestCleanup_DeletesExpiredRowsInBatchesUntilABatchFindsNothing(t *testing.T
 	require.False(t, res.Skipped)
 	require.EqualValues(t, 25_000, obs.cleaned.Load())
 	require.EqualValues(t, len(batches), obs.calls.Load(), "one report per batch that deleted rows")
-	require.Equal(t, 100, b.rows(t, "wallet-credits"), "the recent rows stay")
+	require.Equal(t, 100, b.Rows(t, "wallet-credits"), "the recent rows stay")
 	var oldLeft int
-	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE message_id LIKE 'old-%'`).Scan(&oldLeft))
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.Table+`_view WHERE message_id LIKE 'old-%'`).Scan(&oldLeft))
 	require.Zero(t, oldLeft)
 
-	finished := b.logs.Find("Inbox cleanup finished")
+	finished := b.Logs.Find("Inbox cleanup finished")
 	require.Len(t, finished, 1)
 	require.Equal(t, int64(25_000), finished[0].Fields["deleted"])
-	require.Equal(t, b.table, finished[0].Fields["table"])
+	require.Equal(t, b.Table, finished[0].Fields["table"])
 
-	again, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
+	again, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Zero(t, again.Deleted)
 	require.Equal(t, 2, again.Batches, "one statement finds that no page holds an expired row, one that no row is left")
@@ -133,11 +133,11 @@ func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
 				b.insertAged(t, consumer, "new-"+state, state, 3, 13*24*time.Hour, 1)
 			}
 		}
-		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 7}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 7}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.EqualValues(t, 3*3*30, res.Deleted)
 		for _, consumer := range []string{"wallet-credits", "payments", "ledger"} {
-			require.Equal(t, 9, b.rows(t, consumer), "rows younger than 14 days stay")
+			require.Equal(t, 9, b.Rows(t, consumer), "rows younger than 14 days stay")
 		}
 	})
 
@@ -146,20 +146,20 @@ func TestCleanup_AgesEachConsumerAndLeaseStateByItsLastChange(t *testing.T) {
 		b := newBundle(t)
 		// A holder that started 20 days ago with a lease it keeps extending: live, however old its claim.
 		payments := b.consumerAged(t, "payments", 20*24*time.Hour)
-		_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, processed_at, locked_until)
+		_, err := b.db.Exec(`INSERT INTO `+b.Table+` (consumer_id, message_id, state, attempts, processed_at, locked_until)
 			VALUES ($1, 'live', 'p', 1, `+minutesAgo(20*24*time.Hour)+`, now() + interval '1 minute'),
 			       ($1, 'abandoned', 'p', 1, `+minutesAgo(20*24*time.Hour)+`, now() - interval '19 days'),
 			       ($1, 'recently-expired', 'p', 2, `+minutesAgo(20*24*time.Hour)+`, now() - interval '1 hour')`, payments)
 		require.NoError(t, err)
 		b.insertAged(t, "payments", "old", "done", 10, 20*24*time.Hour, 1)
 
-		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table), inbox.WithLogger(b.logs))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table), inbox.WithLogger(b.Logs))
 		require.NoError(t, err)
 		require.EqualValues(t, 10, res.Deleted)
 		require.EqualValues(t, 1, res.Abandoned, "only the lease that ran out before the cutoff is abandoned")
-		require.Equal(t, 3, b.rows(t, "payments"), "every 'processing' row stays")
+		require.Equal(t, 3, b.Rows(t, "payments"), "every 'processing' row stays")
 
-		logged := b.logs.Find("abandoned leases")
+		logged := b.Logs.Find("abandoned leases")
 		require.Len(t, logged, 1)
 		require.Equal(t, "error", logged[0].Level)
 		require.ErrorContains(t, logged[0].Err, "1 rows")
@@ -177,12 +177,12 @@ func TestCleanup_WhileConsumersClaimLosesAndDuplicatesNothing(t *testing.T) {
 	const released = 200
 	b.insertAged(t, "payments", "retry", "released", released, thirtyDays, 1)
 
-	txInbox, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	txInbox, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"))
 	require.NoError(t, err)
-	leaseInbox, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
+	leaseInbox, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
 	require.NoError(t, err)
 	var credits atomic.Int64
-	credit := txInbox.Middleware(b.credit(100, &credits))
+	credit := txInbox.Middleware(b.Credit(100, &credits))
 	var leaseCalls sync.Map // event ID -> *atomic.Int64
 	pay := leaseInbox.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		n, _ := leaseCalls.LoadOrStore(msg.Metadata.Get(inbox.DefaultIDMetadataKey), new(atomic.Int64))
@@ -193,7 +193,7 @@ func TestCleanup_WhileConsumersClaimLosesAndDuplicatesNothing(t *testing.T) {
 	cleanupDone := make(chan inbox.CleanupResult, 1)
 	cleanupErr := make(chan error, 1)
 	go func() {
-		res, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100}, inbox.WithTable(b.Table))
 		cleanupDone <- res
 		cleanupErr <- err
 	}()
@@ -231,10 +231,10 @@ func TestCleanup_WhileConsumersClaimLosesAndDuplicatesNothing(t *testing.T) {
 	require.Greater(t, res.Batches, 100, "the cleanup ran in many small batches")
 
 	require.EqualValues(t, messages, credits.Load(), "each message applied once")
-	require.Equal(t, messages*100, b.balance(t))
+	require.Equal(t, messages*100, b.Balance(t))
 	var newRows, oldRows int
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FILTER (WHERE message_id LIKE 'evt-%'),
-		count(*) FILTER (WHERE message_id LIKE 'old-%') FROM `+b.table+`_view WHERE consumer = 'wallet-credits'`).Scan(&newRows, &oldRows))
+		count(*) FILTER (WHERE message_id LIKE 'old-%') FROM `+b.Table+`_view WHERE consumer = 'wallet-credits'`).Scan(&newRows, &oldRows))
 	require.Equal(t, messages, newRows, "every claimed row is still there")
 	require.Zero(t, oldRows, "every expired row is gone")
 
@@ -251,7 +251,7 @@ func TestCleanup_WhileConsumersClaimLosesAndDuplicatesNothing(t *testing.T) {
 func (b *testBundle) stateOf(t testing.TB, consumer, id string) string {
 	t.Helper()
 	var state string
-	require.NoError(t, b.db.QueryRow(`SELECT state FROM `+b.table+`_view WHERE consumer = $1 AND message_id = $2`, consumer, id).Scan(&state))
+	require.NoError(t, b.db.QueryRow(`SELECT state FROM `+b.Table+`_view WHERE consumer = $1 AND message_id = $2`, consumer, id).Scan(&state))
 	return state
 }
 
@@ -268,22 +268,22 @@ func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
 		var once sync.Once
 		_, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
 			once.Do(func() { close(inFirstBatch); <-gate })
-		}}, inbox.WithTable(b.table))
+		}}, inbox.WithTable(b.Table))
 		first <- err
 	}()
 	<-inFirstBatch
 
-	second, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	second, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.True(t, second.Skipped, "the lock is held by the first cleanup")
 	require.Zero(t, second.Deleted)
 
 	release()
 	require.NoError(t, <-first)
-	third, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	third, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.False(t, third.Skipped, "the first cleanup released the lock when it finished")
-	require.Zero(t, b.rows(t, "wallet-credits"))
+	require.Zero(t, b.Rows(t, "wallet-credits"))
 }
 
 func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
@@ -293,26 +293,26 @@ func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		b.insertAged(t, "wallet-credits", "old", "done", 10, thirtyDays, 1)
-		_, err := b.db.Exec(`INSERT INTO ` + b.table + `_locks VALUES ('cleanup', gen_random_uuid(), now() + interval '1 minute')`)
+		_, err := b.db.Exec(`INSERT INTO ` + b.Table + `_locks VALUES ('cleanup', gen_random_uuid(), now() + interval '1 minute')`)
 		require.NoError(t, err)
-		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.True(t, res.Skipped)
-		require.Equal(t, 10, b.rows(t, "wallet-credits"))
+		require.Equal(t, 10, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("TheLockOfACleanerThatDiedIsTakenOnceItRanOut", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		b.insertAged(t, "wallet-credits", "old", "done", 10, thirtyDays, 1)
-		_, err := b.db.Exec(`INSERT INTO ` + b.table + `_locks VALUES ('cleanup', gen_random_uuid(), now() - interval '1 second')`)
+		_, err := b.db.Exec(`INSERT INTO ` + b.Table + `_locks VALUES ('cleanup', gen_random_uuid(), now() - interval '1 second')`)
 		require.NoError(t, err)
-		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.False(t, res.Skipped)
 		require.EqualValues(t, 10, res.Deleted)
 		var locks int
-		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_locks`).Scan(&locks))
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.Table+`_locks`).Scan(&locks))
 		require.Zero(t, locks, "the round released its lock")
 	})
 
@@ -323,14 +323,14 @@ func TestCleanup_TheLockIsARowThatRunsOut(t *testing.T) {
 		var once sync.Once
 		_, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 100, Progress: func(inbox.CleanupProgress) {
 			once.Do(func() { // another instance took the lock over, as after this one stalled past its hold
-				_, err := b.db.Exec(`UPDATE ` + b.table + `_locks SET holder = gen_random_uuid()`)
+				_, err := b.db.Exec(`UPDATE ` + b.Table + `_locks SET holder = gen_random_uuid()`)
 				require.NoError(t, err)
 			})
-		}}, inbox.WithTable(b.table))
+		}}, inbox.WithTable(b.Table))
 		require.ErrorContains(t, err, "another instance took it")
-		require.Equal(t, 200, b.rows(t, "wallet-credits"), "only the batch before the takeover was deleted")
+		require.Equal(t, 200, b.Rows(t, "wallet-credits"), "only the batch before the takeover was deleted")
 		var locks int
-		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_locks`).Scan(&locks))
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.Table+`_locks`).Scan(&locks))
 		require.Equal(t, 1, locks, "the other instance's lock is left alone")
 	})
 }
@@ -341,11 +341,11 @@ func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
 	b.insertAged(t, "wallet-credits", "old", "done", 300, thirtyDays, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{BatchSize: 100, Pause: time.Hour,
-		Progress: func(inbox.CleanupProgress) { cancel() }}, inbox.WithTable(b.table))
+		Progress: func(inbox.CleanupProgress) { cancel() }}, inbox.WithTable(b.Table))
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, 200, b.rows(t, "wallet-credits"), "the committed batch stays deleted")
+	require.Equal(t, 200, b.Rows(t, "wallet-credits"), "the committed batch stays deleted")
 
-	res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
+	res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
 	require.EqualValues(t, 200, res.Deleted)
@@ -384,7 +384,7 @@ func TestCleaner(t *testing.T) {
 		b := newBundle(t)
 		b.insertAged(t, "wallet-credits", "old", "done", 50, thirtyDays, 1)
 		obs := &cleanedObserver{}
-		cl, err := inbox.OnSQL(b.db).NewCleaner(inbox.CleanerConfig{}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+		cl, err := inbox.OnSQL(b.db).NewCleaner(inbox.CleanerConfig{}, inbox.WithTable(b.Table), inbox.WithObserver(obs))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -406,29 +406,29 @@ func TestCleaner(t *testing.T) {
 		b.insertAged(t, "wallet-credits", "day", "done", 10, 24*time.Hour, 1)
 		b.insertAged(t, "new-consumer", "hour", "done", 10, time.Hour, 1)
 		cl, err := inbox.OnSQL(b.db).NewCleaner(inbox.CleanerConfig{Window: 7 * 24 * time.Hour},
-			inbox.WithTable(b.table), inbox.WithLogger(b.logs))
+			inbox.WithTable(b.Table), inbox.WithLogger(b.Logs))
 		require.NoError(t, err)
 		ctx := context.Background()
 
 		_, err = cl.Round(ctx)
 		require.NoError(t, err)
-		require.Empty(t, b.logs.Find("rows were deleted too early"), "wallet-credits remembers 8 days, new-consumer is new")
-		young := b.logs.Find("younger than the window")
+		require.Empty(t, b.Logs.Find("rows were deleted too early"), "wallet-credits remembers 8 days, new-consumer is new")
+		young := b.Logs.Find("younger than the window")
 		require.Len(t, young, 1)
 		require.Equal(t, "info", young[0].Level)
 		require.Equal(t, "new-consumer", young[0].Fields["consumer"])
 
 		// Someone cleans with a 2-day window, behind the Cleaner's back.
-		_, err = inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 2 * 24 * time.Hour}, inbox.WithTable(b.table))
+		_, err = inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 2 * 24 * time.Hour}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		_, err = cl.Round(ctx)
 		require.NoError(t, err)
-		alarms := b.logs.Find("rows were deleted too early")
+		alarms := b.Logs.Find("rows were deleted too early")
 		require.Len(t, alarms, 1)
 		require.Equal(t, "error", alarms[0].Level)
 		require.ErrorIs(t, alarms[0].Err, inbox.ErrShortMemory)
 		require.Equal(t, "wallet-credits", alarms[0].Fields["consumer"])
-		require.Len(t, b.logs.Find("younger than the window"), 1, "a young consumer is noted once, not every round")
+		require.Len(t, b.Logs.Find("younger than the window"), 1, "a young consumer is noted once, not every round")
 	})
 
 	t.Run("RejectsAWindowTheRetentionDoesNotExceed", func(t *testing.T) {
@@ -454,12 +454,12 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 	b.insertAged(t, "wallet-credits", "a", "done", 5, 3*24*time.Hour, 1)
 	b.insertAged(t, "payments", "b", "failed", 5, 2*time.Hour, 1)
 	onlyProcessing := b.consumerAged(t, "only-processing", time.Hour)
-	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, processed_at, locked_until)
+	_, err := b.db.Exec(`INSERT INTO `+b.Table+` (consumer_id, message_id, state, processed_at, locked_until)
 		VALUES ($1, 'x', 'p', `+minutesAgo(time.Hour)+`, now() + interval '1 hour')`, onlyProcessing)
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	ms, err := inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(b.table))
+	ms, err := inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Len(t, ms, 3, "every registered consumer, in order of name")
 	require.Equal(t, "only-processing", ms[0].Consumer)
@@ -473,10 +473,10 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 
 	// A cleanup with one day of retention cuts wallet-credits' memory to that day, and leaves the consumers that
 	// are younger than the day as they were.
-	res, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 24 * time.Hour}, inbox.WithTable(b.table))
+	res, err := inbox.OnSQL(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 24 * time.Hour}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.EqualValues(t, 5, res.Deleted)
-	ms, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(b.table))
+	ms, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Len(t, ms, 3)
 	require.InDelta(t, time.Hour.Seconds(), ms[0].Age.Seconds(), 60)

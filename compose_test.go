@@ -45,7 +45,7 @@ func failingTwice(b *testBundle, calls *atomic.Int64, states *[]string, mu *sync
 		if calls.Add(1) <= 2 {
 			_, err = tx.ExecContext(msg.Context(), `SELECT 1/0`)
 		} else {
-			_, err = b.credit(100, nil)(msg)
+			_, err = b.Credit(100, nil)(msg)
 		}
 		var pgErr interface{ SQLState() string } // lib/pq's and pgx's errors both have it
 		if errors.As(err, &pgErr) {
@@ -67,14 +67,14 @@ func TestComposition(t *testing.T) {
 		var mu sync.Mutex
 		var states []string
 		poisoned, publish := composeRouter(t, b, func(poison message.HandlerMiddleware) []message.HandlerMiddleware {
-			return []message.HandlerMiddleware{poison, retry(), inbox.Middleware(b.db, inbox.WithTable(b.table))}
+			return []message.HandlerMiddleware{poison, retry(), inbox.Middleware(b.db, inbox.WithTable(b.Table))}
 		}, failingTwice(b, &calls, &states, &mu))
 		publish(newMsg("evt-1"))
 
 		require.EqualValues(t, 3, calls.Load())
 		require.Equal(t, []string{"22012", "22012"}, states, "each retry starts clean: only the division fails")
-		require.Equal(t, 100, b.balance(t))
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 100, b.Balance(t))
+		require.Equal(t, 1, b.Rows(t, "wallet-credits"))
 		require.Empty(t, poisoned.Messages("deposits.poison"))
 	})
 
@@ -85,14 +85,14 @@ func TestComposition(t *testing.T) {
 		var mu sync.Mutex
 		var states []string
 		poisoned, publish := composeRouter(t, b, func(poison message.HandlerMiddleware) []message.HandlerMiddleware {
-			return []message.HandlerMiddleware{poison, inbox.Middleware(b.db, inbox.WithTable(b.table)), retry()}
+			return []message.HandlerMiddleware{poison, inbox.Middleware(b.db, inbox.WithTable(b.Table)), retry()}
 		}, failingTwice(b, &calls, &states, &mu))
 		publish(newMsg("evt-1"))
 
 		// The third run would succeed on its own, but it runs in the transaction the first failure aborted.
 		require.EqualValues(t, 3, calls.Load())
 		require.Equal(t, []string{"22012", "25P02", "25P02"}, states)
-		require.Equal(t, 0, b.balance(t))
+		require.Equal(t, 0, b.Balance(t))
 		require.Len(t, poisoned.Messages("deposits.poison"), 1)
 	})
 
@@ -101,9 +101,9 @@ func TestComposition(t *testing.T) {
 		b := newBundle(t)
 		var calls atomic.Int64
 		poisoned, publish := composeRouter(t, b, func(poison message.HandlerMiddleware) []message.HandlerMiddleware {
-			return []message.HandlerMiddleware{poison, retry(), inbox.Middleware(b.db, inbox.WithTable(b.table))}
+			return []message.HandlerMiddleware{poison, retry(), inbox.Middleware(b.db, inbox.WithTable(b.Table))}
 		}, func(msg *message.Message) error {
-			if _, err := b.credit(100, &calls)(msg); err != nil {
+			if _, err := b.Credit(100, &calls)(msg); err != nil {
 				return err
 			}
 			return errors.New("account is frozen")
@@ -114,7 +114,7 @@ func TestComposition(t *testing.T) {
 		parked := poisoned.Messages("deposits.poison")
 		require.Len(t, parked, 1)
 		require.Equal(t, "account is frozen", parked[0].Metadata.Get(middleware.ReasonForPoisonedKey))
-		require.Equal(t, 0, b.balance(t))
-		require.Equal(t, 0, b.rows(t, "wallet-credits"), "a parked message is not remembered: replaying it applies it")
+		require.Equal(t, 0, b.Balance(t))
+		require.Equal(t, 0, b.Rows(t, "wallet-credits"), "a parked message is not remembered: replaying it applies it")
 	})
 }

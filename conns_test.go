@@ -36,12 +36,12 @@ func TestLibpq_EveryWayAMessageEndsGivesItsConnectionBack(t *testing.T) {
 			b := newBundle(t)
 			db := openDB(t) // the inbox's own pool: a connection it kept would not hold up the test's statements
 			db.SetMaxOpenConns(mode.pool)
-			ib, err := inbox.New(db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits")}, mode.opts...)...)
+			ib, err := inbox.New(db, append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits")}, mode.opts...)...)
 			require.NoError(t, err)
 			// A deferred unique constraint fails at COMMIT, after the handler returned.
-			_, err = b.db.Exec(`CREATE TABLE ` + b.accounts + `_once (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
+			_, err = b.db.Exec(`CREATE TABLE ` + b.Accounts + `_once (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
 			require.NoError(t, err)
-			t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + b.accounts + `_once`) })
+			t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + b.Accounts + `_once`) })
 
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				ctx := msg.Context()
@@ -51,7 +51,7 @@ func TestLibpq_EveryWayAMessageEndsGivesItsConnectionBack(t *testing.T) {
 				} else {
 					run = func(q string) error { _, err := b.db.ExecContext(ctx, q); return err }
 				}
-				if err := run(`UPDATE ` + b.accounts + ` SET balance = balance + 1 WHERE id = 1`); err != nil {
+				if err := run(`UPDATE ` + b.Accounts + ` SET balance = balance + 1 WHERE id = 1`); err != nil {
 					return nil, err
 				}
 				switch msg.Metadata.Get("end") {
@@ -62,7 +62,7 @@ func TestLibpq_EveryWayAMessageEndsGivesItsConnectionBack(t *testing.T) {
 				case "refused":
 					return nil, run(`SELECT 1/0`)
 				case "commit fails":
-					return nil, run(`INSERT INTO ` + b.accounts + `_once VALUES (1), (1)`)
+					return nil, run(`INSERT INTO ` + b.Accounts + `_once VALUES (1), (1)`)
 				case "cancelled": // the router closing, say
 					ctx.Value(cancelKey{}).(context.CancelFunc)()
 					return nil, ctx.Err()
@@ -121,7 +121,7 @@ func TestLibpq_EveryWayAMessageEndsGivesItsConnectionBack(t *testing.T) {
 			_, err = handleRecovering(h, newMsg("last"))
 			require.NoError(t, err, "the pool still serves")
 			if mode.name != "lease" { // whose handler credits outside the inbox's transaction
-				require.Equal(t, b.rows(t, "wallet-credits"), b.balance(t), "what failed left neither its claim nor its credit")
+				require.Equal(t, b.Rows(t, "wallet-credits"), b.Balance(t), "what failed left neither its claim nor its credit")
 			}
 		})
 	}

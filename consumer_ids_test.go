@@ -17,18 +17,18 @@ func TestConsumerIDs_RestartsOfAKnownConsumerDrawNoNewIDs(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	for n := range 20 { // twenty process starts of one consumer
-		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+		ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"))
 		require.NoError(t, err)
-		_, err = ib.Middleware(b.credit(1, nil))(newMsg(fmt.Sprintf("evt-%d", n)))
+		_, err = ib.Middleware(b.Credit(1, nil))(newMsg(fmt.Sprintf("evt-%d", n)))
 		require.NoError(t, err)
 	}
-	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"))
+	ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("payments"))
 	require.NoError(t, err)
-	_, err = ib.Middleware(b.credit(1, nil))(newMsg("evt-0"))
+	_, err = ib.Middleware(b.Credit(1, nil))(newMsg("evt-0"))
 	require.NoError(t, err)
 
 	ids := map[string]int{}
-	rows, err := b.db.QueryContext(context.Background(), `SELECT name, id FROM `+b.table+`_consumers`)
+	rows, err := b.db.QueryContext(context.Background(), `SELECT name, id FROM `+b.Table+`_consumers`)
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {

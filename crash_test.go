@@ -59,14 +59,14 @@ func TestMiddleware_ConsumerKilledBetweenCommitAndAckSkipsTheRedelivery(t *testi
 
 		out, code := consumerProcess(t, b, topic, crashAfterCommit, true)
 		require.Equal(t, 3, code, "the process dies after the commit, before the ack: %s", out)
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 
 		out, code = consumerProcess(t, b, topic, handleOne, true)
 		require.Zero(t, code, out)
 		require.Contains(t, out, "skipped duplicate", "the restarted consumer is handed evt-2 again and skips it")
 		require.Contains(t, out, "event_id=evt-2")
-		require.Equal(t, 100, b.balance(t), "credited once")
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 100, b.Balance(t), "credited once")
+		require.Equal(t, 1, b.Rows(t, "wallet-credits"))
 
 		out, code = consumerProcess(t, b, topic, expectNothing, true)
 		require.Zero(t, code, out)
@@ -84,7 +84,7 @@ func TestMiddleware_ConsumerKilledBetweenCommitAndAckSkipsTheRedelivery(t *testi
 		require.Equal(t, 3, code)
 		out, code := consumerProcess(t, b, topic, handleOne, false)
 		require.Zero(t, code, out)
-		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 200, b.Balance(t))
 	})
 }
 
@@ -97,8 +97,8 @@ func consumerProcess(t *testing.T, b *testBundle, topic, mode string, withInbox 
 	cmd.Env = append(os.Environ(),
 		consumerProcessEnv+"="+mode,
 		"INBOX_TEST_TOPIC="+topic,
-		"INBOX_TEST_TABLE="+b.table,
-		"INBOX_TEST_ACCOUNTS="+b.accounts,
+		"INBOX_TEST_TABLE="+b.Table,
+		"INBOX_TEST_ACCOUNTS="+b.Accounts,
 		fmt.Sprintf("INBOX_TEST_WITH_INBOX=%t", withInbox),
 	)
 	var out bytes.Buffer

@@ -48,7 +48,7 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 		}
 	})
 	conflicts := &conflictLog{}
-	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithObserver(conflicts),
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithObserver(conflicts),
 		inbox.WithFingerprint(inbox.Fingerprint{MetadataKeys: []string{"type"}})))
 	var mu sync.Mutex
 	ran := 0
@@ -56,7 +56,7 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 		mu.Lock()
 		ran++
 		mu.Unlock()
-		_, err := b.credit(100, nil)(msg)
+		_, err := b.Credit(100, nil)(msg)
 		return err
 	})
 	inboxtest.RunRouter(t, router)
@@ -76,7 +76,7 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 	mu.Lock()
 	require.Equal(t, 1, ran, "the copy and the reused ID are both skipped")
 	mu.Unlock()
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 100, b.Balance(t))
 	conflicts.mu.Lock()
 	defer conflicts.mu.Unlock()
 	require.Len(t, conflicts.events, 1)
@@ -90,19 +90,19 @@ func TestFingerprint_MigrateAddsTheColumnWithoutRewritingTheTable(t *testing.T) 
 	t.Parallel()
 	b := newBundle(t)
 	var calls atomic.Int64
-	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"))
 	require.NoError(t, err)
-	_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+	_, err = ib.Middleware(b.Credit(100, &calls))(newMsg("evt-1"))
 	require.NoError(t, err)
 	filenode := func() (node int64) {
-		require.NoError(t, b.db.QueryRow(`SELECT pg_relation_filenode($1::regclass)`, b.table).Scan(&node))
+		require.NoError(t, b.db.QueryRow(`SELECT pg_relation_filenode($1::regclass)`, b.Table).Scan(&node))
 		return node
 	}
 	before := filenode()
-	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table),
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.Table),
 		inbox.WithFingerprint(inbox.Fingerprint{})))
 	require.Equal(t, before, filenode(), "the heap was not rewritten")
 	var withFingerprint int
-	require.NoError(t, b.db.QueryRow(`SELECT count(fingerprint) FROM `+b.table).Scan(&withFingerprint))
+	require.NoError(t, b.db.QueryRow(`SELECT count(fingerprint) FROM `+b.Table).Scan(&withFingerprint))
 	require.Zero(t, withFingerprint, "the row written before has none")
 }

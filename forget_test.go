@@ -41,13 +41,13 @@ func TestReadStats_ListsRegisteredConsumersAndCountsExpiredLeases(t *testing.T) 
 	b.insertAged(t, "wallet-credits", "a", "done", 20, 2*24*time.Hour, 1)
 	b.insertAged(t, "payments", "f", "failed", 2, time.Hour, 1)
 	b.insertAged(t, "payments", "r", "released", 3, time.Hour, 1)
-	_, err := b.db.Exec(`INSERT INTO `+b.table+` (consumer_id, message_id, state, attempts, processed_at, locked_until)
+	_, err := b.db.Exec(`INSERT INTO `+b.Table+` (consumer_id, message_id, state, attempts, processed_at, locked_until)
 		VALUES ($1, 'live', 'p', 1, `+minutesAgo(0)+`, now() + interval '1 hour'),
 		       ($1, 'stuck', 'p', 1, `+minutesAgo(thirtyDays)+`, now() - interval '29 days')`, b.consumerAged(t, "payments", thirtyDays))
 	require.NoError(t, err)
 	b.consumerAged(t, "audit", 5*time.Hour)
 
-	st, err := inbox.OnSQL(b.db).ReadStats(context.Background(), inbox.WithTable(b.table))
+	st, err := inbox.OnSQL(b.db).ReadStats(context.Background(), inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Len(t, st.Consumers, 3)
 

@@ -27,7 +27,7 @@ func (b *testBundle) creditOn(amount int, calls *atomic.Int64) func(context.Cont
 		if tx == nil {
 			panic("the function was called with a nil transaction")
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
+		_, err := tx.ExecContext(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
 		return err
 	}
 }
@@ -44,9 +44,9 @@ func TestHandler(t *testing.T) {
 			_, err := h(newMsg("evt-1"))
 			require.NoError(t, err)
 		}
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 		require.EqualValues(t, 1, calls.Load())
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 1, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("AnErrorOfTheFunctionRollsTheEffectBack", func(t *testing.T) {
@@ -59,14 +59,14 @@ func TestHandler(t *testing.T) {
 		}
 		_, err := ib.Middleware(asHandlerFunc(inbox.Handler(failing)))(newMsg("evt-1"))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Zero(t, b.balance(t))
-		require.Zero(t, b.rows(t, "wallet-credits"))
+		require.Zero(t, b.Balance(t))
+		require.Zero(t, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("OutsideTheMiddlewareReturnsErrNoTxWithoutCallingTheFunction", func(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int64
-		b := &testBundle{accounts: "never_used"}
+		b := &testBundle{Wallet: &inboxtest.Wallet{Accounts: "never_used"}}
 		err := inbox.Handler(b.creditOn(100, &calls))(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrNoTx)
 		require.ErrorContains(t, err, "outside the inbox's middleware")
@@ -83,7 +83,7 @@ func TestHandler(t *testing.T) {
 		require.ErrorContains(t, err, "lease mode")
 		require.ErrorContains(t, err, "LeaseFromContext")
 		require.Zero(t, calls.Load())
-		require.Zero(t, b.balance(t))
+		require.Zero(t, b.Balance(t))
 	})
 
 	t.Run("InBatchModeAppliesEachEffectOnce", func(t *testing.T) {
@@ -95,7 +95,7 @@ func TestHandler(t *testing.T) {
 			_, err := h(newMsg(id))
 			require.NoError(t, err)
 		}
-		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 200, b.Balance(t))
 		require.EqualValues(t, 2, calls.Load())
 	})
 
@@ -112,7 +112,7 @@ func TestHandler(t *testing.T) {
 		for _, id := range []string{"evt-1", "evt-1", "evt-2"} {
 			require.NoError(t, pubsub.Publish("deposits", newMsg(id))) // returns once the router acked it
 		}
-		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 200, b.Balance(t))
 		require.EqualValues(t, 2, calls.Load())
 	})
 }
@@ -138,7 +138,7 @@ func TestProducingHandler(t *testing.T) {
 		require.Len(t, first, 1)
 		require.Len(t, again, 1)
 		require.Equal(t, first[0].UUID, again[0].UUID)
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 		require.EqualValues(t, 1, calls.Load())
 	})
 

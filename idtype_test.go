@@ -20,10 +20,10 @@ import (
 func uuidBundle(t *testing.T) *testBundle {
 	t.Helper()
 	b := newBundle(t) // a text table, replaced below by a uuid one of the same name
-	_, err := b.db.Exec(`DROP TABLE ` + b.table + `, ` + b.table + `_produced, ` + b.table + `_migrations, ` +
-		b.table + `_consumers, ` + b.table + `_locks CASCADE`) // CASCADE: the view goes with the table
+	_, err := b.db.Exec(`DROP TABLE ` + b.Table + `, ` + b.Table + `_produced, ` + b.Table + `_migrations, ` +
+		b.Table + `_consumers, ` + b.Table + `_locks CASCADE`) // CASCADE: the view goes with the table
 	require.NoError(t, err)
-	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table), inbox.WithIDType(inbox.IDTypeUUID)))
+	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.Table), inbox.WithIDType(inbox.IDTypeUUID)))
 	return b
 }
 
@@ -35,7 +35,7 @@ func TestIDTypeUUID(t *testing.T) {
 		b := uuidBundle(t)
 		var dataType string
 		require.NoError(t, b.db.QueryRow(`SELECT data_type FROM information_schema.columns
-			WHERE table_name = $1 AND column_name = 'message_id'`, b.table).Scan(&dataType))
+			WHERE table_name = $1 AND column_name = 'message_id'`, b.Table).Scan(&dataType))
 		require.Equal(t, "uuid", dataType)
 
 		ms, err := inbox.OnSQL(nil).Migrations(inbox.WithIDType(inbox.IDTypeUUID))
@@ -46,10 +46,10 @@ func TestIDTypeUUID(t *testing.T) {
 	t.Run("DeduplicatesOneUUIDWhateverItsSpelling", func(t *testing.T) {
 		t.Parallel()
 		b := uuidBundle(t)
-		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithIDType(inbox.IDTypeUUID))
+		ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithIDType(inbox.IDTypeUUID))
 		require.NoError(t, err)
 		var calls atomic.Int64
-		h := ib.Middleware(b.credit(100, &calls))
+		h := ib.Middleware(b.Credit(100, &calls))
 		for _, id := range []string{
 			"0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a",
 			"0193A6F2-7C1E-7D3A-9B2C-1F2E3D4C5B6A",
@@ -59,18 +59,18 @@ func TestIDTypeUUID(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 1, calls.Load())
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 	})
 
 	t.Run("ANonUUIDIDIsDeadLetteredNotRetried", func(t *testing.T) {
 		t.Parallel()
 		b := uuidBundle(t)
 		dlq := &inboxtest.RecordingPublisher{}
-		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"),
+		ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"),
 			inbox.WithIDType(inbox.IDTypeUUID), inbox.WithDeadLetter(dlq, "dlq"))
 		require.NoError(t, err)
 		var calls atomic.Int64
-		_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+		_, err = ib.Middleware(b.Credit(100, &calls))(newMsg("evt-1"))
 		require.NoError(t, err)
 		require.Zero(t, calls.Load())
 		require.Len(t, dlq.Messages("dlq"), 1)
@@ -85,11 +85,11 @@ func TestIDTypeUUID(t *testing.T) {
 				t.Parallel()
 				b := uuidBundle(t)
 				dlq := &inboxtest.RecordingPublisher{}
-				opts := append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithDeadLetter(dlq, "dlq")}, mode...)
+				opts := append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithDeadLetter(dlq, "dlq")}, mode...)
 				ib, err := inbox.New(b.db, opts...)
 				require.NoError(t, err)
 				var calls atomic.Int64
-				_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1"))
+				_, err = ib.Middleware(b.Credit(100, &calls))(newMsg("evt-1"))
 				require.NoError(t, err, "dead-lettered and acked, not nacked forever")
 				require.Zero(t, calls.Load())
 				require.Len(t, dlq.Messages("dlq"), 1)
@@ -102,7 +102,7 @@ func TestIDTypeUUID(t *testing.T) {
 	t.Run("WithoutTheOptionEveryLetterCaseOfAUUIDGetsTheSameIdempotencyKey", func(t *testing.T) {
 		t.Parallel()
 		b := uuidBundle(t)
-		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
+		ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
 		require.NoError(t, err)
 		var keys, ids []string
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -127,7 +127,7 @@ func TestIDTypeUUID(t *testing.T) {
 	t.Run("WithoutTheOptionTheHandlerSeesTheIDAsTheTableStoresIt", func(t *testing.T) {
 		t.Parallel()
 		b := uuidBundle(t)
-		ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+		ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"))
 		require.NoError(t, err)
 		var seen string
 		_, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -136,7 +136,7 @@ func TestIDTypeUUID(t *testing.T) {
 		})(newMsg("{0193A6F2-7C1E-7D3A-9B2C-1F2E3D4C5B6A}"))
 		require.NoError(t, err)
 		var stored string
-		require.NoError(t, b.db.QueryRow(`SELECT message_id::text FROM `+b.table).Scan(&stored))
+		require.NoError(t, b.db.QueryRow(`SELECT message_id::text FROM `+b.Table).Scan(&stored))
 		require.Equal(t, stored, seen)
 	})
 
@@ -151,12 +151,12 @@ func TestIDTypeUUID(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				dlq := &inboxtest.RecordingPublisher{}
 				const delay = 50 * time.Millisecond
-				ib, err := inbox.New(tc.b.db, inbox.WithTable(tc.b.table), inbox.WithConsumer("wallet-credits"),
+				ib, err := inbox.New(tc.b.db, inbox.WithTable(tc.b.Table), inbox.WithConsumer("wallet-credits"),
 					inbox.WithIDType(tc.idType), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
 				require.NoError(t, err, "New does not touch the database")
 				var calls atomic.Int64
 				start := time.Now()
-				_, err = ib.Middleware(tc.b.credit(100, &calls))(newMsg("0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"))
+				_, err = ib.Middleware(tc.b.Credit(100, &calls))(newMsg("0193a6f2-7c1e-7d3a-9b2c-1f2e3d4c5b6a"))
 				require.ErrorIs(t, err, inbox.ErrInvalidOption)
 				require.ErrorContains(t, err, "WithIDType")
 				require.GreaterOrEqual(t, time.Since(start), delay, "a redelivery waits: no hot loop")

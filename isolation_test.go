@@ -43,8 +43,8 @@ func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.
 		var level string
 		require.NoError(t, db.QueryRow(`SHOW default_transaction_isolation`).Scan(&level))
 		require.Equal(t, "serializable", level)
-		ib, err := inbox.New(db, inbox.WithTable(b.table), inbox.WithConsumer("payments"),
-			inbox.WithLease(30*time.Second), inbox.WithLogger(b.logs))
+		ib, err := inbox.New(db, inbox.WithTable(b.Table), inbox.WithConsumer("payments"),
+			inbox.WithLease(30*time.Second), inbox.WithLogger(b.Logs))
 		require.NoError(t, err)
 		handlers = append(handlers, ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			l := leaseOf(t, msg)
@@ -61,7 +61,7 @@ func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.
 	requireNoErrors(t, errs)
 	provider.RequireOnceEach(t, ids)
 	b.requireAllDone(t, "payments", len(ids))
-	require.Empty(t, b.logs.Find("lease write failed"))
+	require.Empty(t, b.Logs.Find("lease write failed"))
 }
 
 // fanOut returns a handler that passes each call to the next of hs in turn, as a broker spreads copies over the
@@ -89,13 +89,13 @@ func TestTransactionMode_UnderEveryIsolationLevelEachEffectLandsOnce(t *testing.
 		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
 			t.Parallel()
 			b := newBundle(t)
-			effects := b.table + "_effects"
+			effects := b.Table + "_effects"
 			_, err := b.db.Exec(`CREATE TABLE ` + effects + ` (event_id text NOT NULL)`) // no key: a second effect would show
 			require.NoError(t, err)
 			t.Cleanup(func() { _, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + effects) })
 
 			db := openVia(t, testDriver, withIsolation(level))
-			ib, err := inbox.New(db, inbox.WithTable(b.table), inbox.WithConsumer("ledger"))
+			ib, err := inbox.New(db, inbox.WithTable(b.Table), inbox.WithConsumer("ledger"))
 			require.NoError(t, err)
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				tx, _ := inbox.TxFromContext(msg.Context())

@@ -135,7 +135,7 @@ func paymentProcess(t *testing.T, b *testBundle, topic, providerURL string) *exe
 	cmd.Env = append(os.Environ(),
 		paymentProcessEnv+"=1",
 		"INBOX_TEST_TOPIC="+topic,
-		"INBOX_TEST_TABLE="+b.table,
+		"INBOX_TEST_TABLE="+b.Table,
 		"INBOX_TEST_PROVIDER="+providerURL,
 	)
 	out := &bytes.Buffer{}

@@ -29,7 +29,7 @@ func TestLease_ACopyOfAFinishedMessageTakesNoRowLock(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = holder.Rollback() }()
 	var state string
-	require.NoError(t, holder.QueryRow(`SELECT state::text FROM `+b.table+` WHERE message_id = 'evt-1' FOR UPDATE`).Scan(&state))
+	require.NoError(t, holder.QueryRow(`SELECT state::text FROM `+b.Table+` WHERE message_id = 'evt-1' FOR UPDATE`).Scan(&state))
 	require.Equal(t, "d", state)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

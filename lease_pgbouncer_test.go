@@ -20,7 +20,7 @@ var pgbouncerDSNOptions = map[string]string{
 func (b *testBundle) requireAllDone(t testing.TB, consumer string, n int) {
 	t.Helper()
 	var done, all int
-	require.NoError(t, b.db.QueryRow(`SELECT count(*) FILTER (WHERE state = 'done'), count(*) FROM `+b.table+
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FILTER (WHERE state = 'done'), count(*) FROM `+b.Table+
 		`_view WHERE consumer = $1`, consumer).Scan(&done, &all))
 	require.Equal(t, n, all, "one row per event")
 	require.Equal(t, n, done, "every row is 'done'")
@@ -34,8 +34,8 @@ func TestLease_BehindATransactionPoolingProxyEveryCallHappensOnce(t *testing.T) 
 			t.Parallel()
 			b := newBundle(t) // migrated directly: the proxy is for the message path
 			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
-			ib, err := inbox.New(proxied, inbox.WithTable(b.table), inbox.WithConsumer("payments"),
-				inbox.WithLease(30*time.Second), inbox.WithLogger(b.logs))
+			ib, err := inbox.New(proxied, inbox.WithTable(b.Table), inbox.WithConsumer("payments"),
+				inbox.WithLease(30*time.Second), inbox.WithLogger(b.Logs))
 			require.NoError(t, err)
 			var provider inboxtest.CallCounter
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -52,7 +52,7 @@ func TestLease_BehindATransactionPoolingProxyEveryCallHappensOnce(t *testing.T) 
 			requireNoErrors(t, inboxtest.DeliverCopies(t, h, ids, 3))
 			provider.RequireOnceEach(t, ids)
 			b.requireAllDone(t, "payments", len(ids))
-			require.Empty(t, b.logs.Find("lease write failed"))
+			require.Empty(t, b.Logs.Find("lease write failed"))
 		})
 	}
 }

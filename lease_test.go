@@ -25,7 +25,7 @@ func (b *testBundle) leaseRow(t testing.TB, id string) leaseRow {
 	var r leaseRow
 	require.NoError(t, b.db.QueryRow(`SELECT state, coalesce(lease_token::text, ''), coalesce(last_error, ''),
 		coalesce(attempts, 0), coalesce(locked_until > now(), false)
-		FROM `+b.table+`_view WHERE consumer = 'wallet-credits' AND message_id = $1`, id).
+		FROM `+b.Table+`_view WHERE consumer = 'wallet-credits' AND message_id = $1`, id).
 		Scan(&r.state, &r.token, &r.lastError, &r.attempts, &r.live))
 	return r
 }
@@ -34,10 +34,10 @@ func (b *testBundle) leaseRow(t testing.TB, id string) leaseRow {
 // the id its rows carry: for rows a test writes as another process would have left them.
 func (b *testBundle) consumerID(t testing.TB, consumer string) int {
 	t.Helper()
-	_, err := b.db.Exec(`INSERT INTO `+b.table+`_consumers (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, consumer)
+	_, err := b.db.Exec(`INSERT INTO `+b.Table+`_consumers (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, consumer)
 	require.NoError(t, err)
 	var id int
-	require.NoError(t, b.db.QueryRow(`SELECT id FROM `+b.table+`_consumers WHERE name = $1`, consumer).Scan(&id))
+	require.NoError(t, b.db.QueryRow(`SELECT id FROM `+b.Table+`_consumers WHERE name = $1`, consumer).Scan(&id))
 	return id
 }
 

@@ -20,9 +20,9 @@ func TestLibpq_EachOfTheInboxsStatementsIsOneRoundTrip(t *testing.T) {
 	var counted trips
 	db := openCountedDB(t, &counted)
 	b := newBundle(t)
-	ib, err := inbox.New(db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	ib, err := inbox.New(db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"))
 	require.NoError(t, err)
-	effect := `UPDATE ` + b.accounts + ` SET balance = balance + 1 WHERE id = 1`
+	effect := `UPDATE ` + b.Accounts + ` SET balance = balance + 1 WHERE id = 1`
 	credit := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		tx, _ := inbox.TxFromContext(msg.Context())
 		_, err := tx.ExecContext(msg.Context(), effect)
@@ -59,7 +59,7 @@ func TestLibpq_EachOfTheInboxsStatementsIsOneRoundTrip(t *testing.T) {
 	}
 	require.Equal(t, 5.0, perMessage(creditAndTell, ids...), "BEGIN, the claim, the UPDATE, storing what it produced, COMMIT")
 	require.Equal(t, 4.0, perMessage(creditAndTell, ids...), "a copy, with its produced message read along")
-	require.Equal(t, 2*n+1, b.balance(t))
+	require.Equal(t, 2*n+1, b.Balance(t))
 }
 
 // The IDs below are written into the inbox's statements as literals over lib/pq: each must reach the table exactly
@@ -71,7 +71,7 @@ func TestLibpq_OddIDsAreStoredAsTheyCame(t *testing.T) {
 	}
 	ib, b := setup(t)
 	var calls atomic.Int64
-	h := ib.Middleware(b.credit(1, &calls))
+	h := ib.Middleware(b.Credit(1, &calls))
 	for _, id := range ids {
 		_, err := h(newMsg(id))
 		require.NoError(t, err, "%q", id)
@@ -79,20 +79,20 @@ func TestLibpq_OddIDsAreStoredAsTheyCame(t *testing.T) {
 		require.NoError(t, err, "a copy of %q", id)
 	}
 	require.EqualValues(t, len(ids), calls.Load())
-	require.Equal(t, len(ids), b.balance(t))
+	require.Equal(t, len(ids), b.Balance(t))
 	for _, id := range ids {
 		var n int
-		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE message_id = $1`, id).Scan(&n))
+		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.Table+`_view WHERE message_id = $1`, id).Scan(&n))
 		require.Equal(t, 1, n, "%q is stored as it came", id)
 	}
-	require.Equal(t, len(ids), b.rows(t, "wallet-credits"))
+	require.Equal(t, len(ids), b.Rows(t, "wallet-credits"))
 }
 
 // On a uuid table an ID that is no UUID is refused by the database, written as a literal or not: the message is
 // rejected as having an invalid ID, whatever quotes it holds, and nothing is applied.
 func TestLibpq_ANonUUIDOnAUUIDTableIsAnInvalidID(t *testing.T) {
 	b := newBundle(t)
-	table := b.table + "_u"
+	table := b.Table + "_u"
 	ctx := context.Background()
 	require.NoError(t, inbox.OnSQL(b.db).Migrate(ctx, inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)))
 	t.Cleanup(func() { dropInboxTables(b.db, table) })
@@ -100,7 +100,7 @@ func TestLibpq_ANonUUIDOnAUUIDTableIsAnInvalidID(t *testing.T) {
 		inbox.WithIDType(inbox.IDTypeUUID), inbox.WithRejectDelay(time.Millisecond))
 	require.NoError(t, err)
 	var calls atomic.Int64
-	h := ib.Middleware(b.credit(1, &calls))
+	h := ib.Middleware(b.Credit(1, &calls))
 	for _, id := range []string{`0190b9a4-7c1e-7000-8000-00000000000'`, `x'::uuid, '0190b9a4-7c1e-7000-8000-000000000001`} {
 		_, err := h(newMsg(id))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID, "%q", id)
@@ -120,7 +120,7 @@ func TestLibpq_ANonUUIDOnAUUIDTableIsAnInvalidID(t *testing.T) {
 // ID the column's type on a uuid table.
 func TestLibpq_LeaseModeOnAUUIDTable(t *testing.T) {
 	b := newBundle(t)
-	table := b.table + "_l"
+	table := b.Table + "_l"
 	require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)))
 	t.Cleanup(func() { dropInboxTables(b.db, table) })
 	ib, err := inbox.New(b.db, inbox.WithTable(table), inbox.WithConsumer("payments"), inbox.WithIDType(inbox.IDTypeUUID),

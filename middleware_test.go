@@ -43,7 +43,7 @@ func TestMiddleware_AConsumersFirstMessageNeedsOneConnectionOnly(t *testing.T) {
 			b := newBundle(t)
 			db := openDB(t)
 			db.SetMaxOpenConns(1)
-			ib, err := inbox.New(db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits")}, opts...)...)
+			ib, err := inbox.New(db, append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits")}, opts...)...)
 			require.NoError(t, err)
 			var calls atomic.Int64
 			msg := newMsg("evt-1")

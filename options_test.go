@@ -79,7 +79,7 @@ func TestOptions_TheLongestConsumerAndTheLongestIDFitTheIndexTogether(t *testing
 				return []*message.Message{message.NewMessage("out-1", nil)}, nil
 			})(newMsg(incompressible(t, 2000)))
 			require.NoError(t, err)
-			require.Equal(t, 1, b.rows(t, consumer))
+			require.Equal(t, 1, b.Rows(t, consumer))
 		})
 	}
 }
@@ -106,10 +106,10 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 					return out, err
 				}
 			})
-			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs),
+			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithLogger(b.Logs),
 				inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(20*time.Millisecond)))
 			var calls atomic.Int64
-			router.AddConsumerHandler(handler, "deposits", pubsub, inboxtest.NoPublish(b.credit(100, &calls)))
+			router.AddConsumerHandler(handler, "deposits", pubsub, inboxtest.NoPublish(b.Credit(100, &calls)))
 			inboxtest.RunRouter(t, router)
 			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
 

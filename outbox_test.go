@@ -46,10 +46,10 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	// The wallet consumer: credit, and write the "credited" event to the outbox, in one transaction.
 	wallet, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	wallet.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	wallet.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table)))
 	wallet.AddConsumerHandler("wallet-credits", "deposits", deposits, func(msg *message.Message) error {
 		tx, _ := inbox.TxFromContext(msg.Context())
-		if _, err := b.credit(100, nil)(msg); err != nil {
+		if _, err := b.Credit(100, nil)(msg); err != nil {
 			return err
 		}
 		outbox, err := wsql.NewPublisher(tx, wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, nil)
@@ -62,11 +62,11 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	inboxtest.RunRouter(t, wallet)
 
 	// The next consumer downstream, with an inbox of its own.
-	notifications := &testBundle{db: b.db, table: b.table, logs: &recordingLogger{}}
+	notifications := &recordingLogger{}
 	var sent atomic.Int64
 	notifier, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	notifier.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(notifications.logs)))
+	notifier.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithLogger(notifications)))
 	notifier.AddConsumerHandler("notifications", "credited", credited, func(*message.Message) error {
 		sent.Add(1)
 		return nil
@@ -78,7 +78,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	var waiting int
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM "watermill_`+outboxTopic+`"`).Scan(&waiting))
 	require.Equal(t, 1, waiting)
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 100, b.Balance(t))
 	require.Zero(t, sent.Load())
 
 	// The relay comes up; its first publish lands but is reported lost, so it publishes the event again.
@@ -88,9 +88,9 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	go func() { _ = relay.Run(context.Background()) }()
 	t.Cleanup(func() { _ = relay.Close() })
 
-	require.Eventually(t, func() bool { return len(notifications.logs.Find("skipped duplicate")) == 1 }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return len(notifications.Find("skipped duplicate")) == 1 }, 10*time.Second, 20*time.Millisecond,
 		"the relay's second copy reaches the notifier and is skipped")
 	require.EqualValues(t, 1, sent.Load(), "the event is delivered: nothing lost, and applied once")
-	require.Equal(t, 1, b.rows(t, "notifications"))
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 1, b.Rows(t, "notifications"))
+	require.Equal(t, 100, b.Balance(t))
 }

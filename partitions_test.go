@@ -150,7 +150,7 @@ func TestPartitions_CleanupRefusesATableThatIsNotPartitioned(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t)
 	_, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{},
-		inbox.WithTable(b.table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Hour))
+		inbox.WithTable(b.Table), inbox.WithIDType(inbox.IDTypeUUID), inbox.WithPartitions(time.Hour))
 	require.ErrorIs(t, err, inbox.ErrInvalidOption)
 	require.ErrorContains(t, err, "not partitioned")
 }

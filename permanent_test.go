@@ -58,7 +58,7 @@ func TestRetry_WithIsPermanent(t *testing.T) {
 		ib, b := setup(t, inbox.WithRejectDelay(20*time.Millisecond))
 		var attempts, calls atomic.Int64
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
-		_, err := retried(ib, b.credit(100, &calls), &attempts)(msg)
+		_, err := retried(ib, b.Credit(100, &calls), &attempts)(msg)
 		require.ErrorIs(t, err, inbox.ErrMissingEventID, "nacked with the reason")
 		require.Equal(t, int64(1), attempts.Load(), "one reject delay per delivery, not one per retry")
 		require.Zero(t, calls.Load())
@@ -74,6 +74,6 @@ func TestRetry_WithIsPermanent(t *testing.T) {
 		_, err := retried(ib, failing, &attempts)(newMsg("evt-1"))
 		require.ErrorContains(t, err, "503")
 		require.Equal(t, int64(4), attempts.Load(), "the first run and MaxRetries retries")
-		require.Equal(t, 0, b.rows(t, "wallet-credits"), "every failed attempt rolled back its claim")
+		require.Equal(t, 0, b.Rows(t, "wallet-credits"), "every failed attempt rolled back its claim")
 	})
 }

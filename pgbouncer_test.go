@@ -71,12 +71,12 @@ func TestCleanup_BehindATransactionPoolingProxyNoRoundIsSkipped(t *testing.T) {
 			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
 			for round := range 8 {
 				b.insertAged(t, "wallet-credits", fmt.Sprintf("old%d", round), "done", 50, thirtyDays, 1)
-				res, err := inbox.OnSQL(proxied).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 20}, inbox.WithTable(b.table))
+				res, err := inbox.OnSQL(proxied).Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 20}, inbox.WithTable(b.Table))
 				require.NoError(t, err, "round %d", round)
 				require.False(t, res.Skipped, "round %d: no instance holds the lock", round)
 				require.EqualValues(t, 50, res.Deleted, "round %d", round)
 			}
-			require.Zero(t, b.rows(t, "wallet-credits"))
+			require.Zero(t, b.Rows(t, "wallet-credits"))
 		})
 	}
 }
@@ -92,25 +92,25 @@ func TestOperations_WorkBehindATransactionPoolingProxy(t *testing.T) {
 			b.insertAged(t, "wallet-credits", "old", "done", 5, time.Hour, 1)
 			ctx := context.Background()
 			for range 3 { // several rounds, so that the statements meet several server connections
-				st, err := inbox.OnSQL(proxied).ReadStats(ctx, inbox.WithTable(b.table))
+				st, err := inbox.OnSQL(proxied).ReadStats(ctx, inbox.WithTable(b.Table))
 				require.NoError(t, err)
 				require.Len(t, st.Consumers, 1)
 				require.EqualValues(t, 5, st.Consumers[0].Done)
 
-				ms, err := inbox.OnSQL(proxied).Remembers(ctx, inbox.WithTable(b.table))
+				ms, err := inbox.OnSQL(proxied).Remembers(ctx, inbox.WithTable(b.Table))
 				require.NoError(t, err)
 				require.Len(t, ms, 1)
 				require.Equal(t, "wallet-credits", ms[0].Consumer)
 			}
 			for i := 1; i <= 5; i++ {
 				row, err := inbox.OnSQL(proxied).Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: fmt.Sprintf("old-%d", i)},
-					inbox.WithTable(b.table))
+					inbox.WithTable(b.Table))
 				require.NoError(t, err)
 				require.Equal(t, "done", row.State)
 			}
-			_, err := inbox.OnSQL(proxied).Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "old-1"}, inbox.WithTable(b.table))
+			_, err := inbox.OnSQL(proxied).Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "old-1"}, inbox.WithTable(b.Table))
 			require.ErrorIs(t, err, inbox.ErrNotFound)
-			require.Zero(t, b.rows(t, "wallet-credits"))
+			require.Zero(t, b.Rows(t, "wallet-credits"))
 		})
 	}
 }
@@ -123,12 +123,12 @@ func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *te
 			t.Parallel()
 			b := newBundle(t)
 			proxied := openVia(t, driver, dsn+pgbouncerDSNOptions[driver])
-			ib, err := inbox.New(proxied, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+			ib, err := inbox.New(proxied, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.Logs))
 			require.NoError(t, err)
 			var calls atomic.Int64
 			ids := inboxtest.EventIDs("evt", 40)
-			requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.credit(1, &calls)), ids, 3))
-			require.Equal(t, len(ids), b.balance(t), "each event credited once")
+			requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.Credit(1, &calls)), ids, 3))
+			require.Equal(t, len(ids), b.Balance(t), "each event credited once")
 			require.EqualValues(t, len(ids), calls.Load(), "and its handler ran once")
 			b.requireAllDone(t, "wallet-credits", len(ids))
 		})

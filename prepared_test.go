@@ -32,10 +32,10 @@ func claimPrepared(t *testing.T, first string) (*testBundle, message.HandlerFunc
 	t.Helper()
 	b := newBundle(t)
 	b.db.SetMaxOpenConns(1)
-	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+	ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.Logs))
 	require.NoError(t, err)
 	calls := &atomic.Int64{}
-	h := ib.Middleware(b.credit(1, calls))
+	h := ib.Middleware(b.Credit(1, calls))
 	_, err = h(newMsg(first))
 	require.NoError(t, err)
 	statements, _ := inboxPrepared(t, b.db)
@@ -58,7 +58,7 @@ func TestLibpq_TheClaimIsPreparedOnceOnEachConnection(t *testing.T) {
 	require.Equal(t, 1, statements)
 	require.Equal(t, 1+24, runs, "every claim ran the prepared statement")
 	require.EqualValues(t, 12, calls.Load())
-	require.Equal(t, 12, b.balance(t))
+	require.Equal(t, 12, b.Balance(t))
 }
 
 // A session that lost the prepared claim (here the application deallocated it; behind a pooler in transaction mode
@@ -75,11 +75,11 @@ func TestLibpq_AClaimWhoseSessionLostItsStatementIsMadeAgainWithLiterals(t *test
 	_, err = h(newMsg("before"))
 	require.NoError(t, err, "a copy")
 	require.EqualValues(t, 6, calls.Load(), "each message's handler ran once")
-	require.Equal(t, 6, b.balance(t))
-	require.Equal(t, 6, b.rows(t, "wallet-credits"))
+	require.Equal(t, 6, b.Balance(t))
+	require.Equal(t, 6, b.Rows(t, "wallet-credits"))
 	statements, _ := inboxPrepared(t, b.db)
 	require.Zero(t, statements, "the inbox prepares no more")
-	require.Len(t, b.logs.Find("Inbox stops preparing its claim"), 1)
+	require.Len(t, b.Logs.Find("Inbox stops preparing its claim"), 1)
 }
 
 // Behind pgbouncer in transaction mode a client connection's transactions reach whichever server session is free,
@@ -90,10 +90,10 @@ func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
 	b := newBundle(t)
 	proxied := openVia(t, "postgres", inboxtest.StartPgbouncer(t, testDSN(), "postgres"))
 	proxied.SetMaxOpenConns(2 * inboxtest.PgbouncerPoolSize)
-	ib, err := inbox.New(proxied, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs))
+	ib, err := inbox.New(proxied, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.Logs))
 	require.NoError(t, err)
 	var calls atomic.Int64
-	effect := `UPDATE ` + b.accounts + ` SET balance = balance + $1 WHERE id = 1`
+	effect := `UPDATE ` + b.Accounts + ` SET balance = balance + $1 WHERE id = 1`
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		calls.Add(1)
 		tx, _ := inbox.TxFromContext(msg.Context())
@@ -123,11 +123,11 @@ func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, workers*each, calls.Load(), "each message's handler ran once, and no copy's")
-	require.Equal(t, workers*each, b.balance(t))
-	require.Equal(t, workers*each, b.rows(t, "wallet-credits"))
-	require.NotEmpty(t, b.logs.Find("Inbox stops preparing its claim"), "a session lacked the claim")
+	require.Equal(t, workers*each, b.Balance(t))
+	require.Equal(t, workers*each, b.Rows(t, "wallet-credits"))
+	require.NotEmpty(t, b.Logs.Find("Inbox stops preparing its claim"), "a session lacked the claim")
 	var left int
-	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM `+b.table+`_view`).Scan(&left))
+	require.NoError(t, b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM `+b.Table+`_view`).Scan(&left))
 	require.Equal(t, workers*each, left)
 }
 
@@ -135,9 +135,9 @@ func TestPgbouncer_PreparedClaimsGiveWayToLiterals(t *testing.T) {
 // dropped and created again, under running consumers): the claim is made again with literals, which fit.
 func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *testing.T) {
 	b, h, calls := claimPrepared(t, "0195f3a0-0000-7000-8000-000000000001")
-	_, err := b.db.Exec(`DROP VIEW ` + b.table + `_view`) // it would keep the column's type as it was
+	_, err := b.db.Exec(`DROP VIEW ` + b.Table + `_view`) // it would keep the column's type as it was
 	require.NoError(t, err)
-	for _, table := range []string{b.table, b.table + "_produced"} {
+	for _, table := range []string{b.Table, b.Table + "_produced"} {
 		_, err = b.db.Exec(`ALTER TABLE ` + table + ` ALTER COLUMN message_id TYPE uuid USING message_id::uuid`)
 		require.NoError(t, err)
 	}
@@ -146,8 +146,8 @@ func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *tes
 	_, err = h(newMsg("0195f3a0-0000-7000-8000-000000000001"))
 	require.NoError(t, err, "a copy")
 	require.EqualValues(t, 2, calls.Load())
-	require.Equal(t, 2, b.balance(t))
-	require.Len(t, b.logs.Find("Inbox stops preparing its claim"), 1)
+	require.Equal(t, 2, b.Balance(t))
+	require.Len(t, b.Logs.Find("Inbox stops preparing its claim"), 1)
 }
 
 // Lease mode's claim and its completion each open a short transaction of their own: over lib/pq each is prepared
@@ -155,7 +155,7 @@ func TestLibpq_AClaimPreparedBeforeItsTableChangedIsMadeAgainWithLiterals(t *tes
 func TestLibpq_LeaseModesClaimAndCompletionArePreparedOnceAndGiveWayToLiterals(t *testing.T) {
 	b := newBundle(t)
 	b.db.SetMaxOpenConns(1)
-	ib, err := inbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
+	ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("payments"), inbox.WithLease(time.Minute))
 	require.NoError(t, err)
 	var calls atomic.Int64
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -182,7 +182,7 @@ func TestLibpq_LeaseModesClaimAndCompletionArePreparedOnceAndGiveWayToLiterals(t
 	statements, _ = inboxPrepared(t, b.db)
 	require.Zero(t, statements, "the inbox prepares no more")
 	var done int
-	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE consumer = 'payments' AND state = 'done'`).Scan(&done))
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.Table+`_view WHERE consumer = 'payments' AND state = 'done'`).Scan(&done))
 	require.Equal(t, 10, done)
 }
 
@@ -193,10 +193,10 @@ func TestLibpq_AConnectionsFirstClaimCostsNoRoundTripMore(t *testing.T) {
 	db := openCountedDB(t, &counted)
 	db.SetMaxIdleConns(0) // each transaction on a connection of its own, closed after it
 	b := newBundle(t)
-	ib, err := inbox.New(db, inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"))
+	ib, err := inbox.New(db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"))
 	require.NoError(t, err)
 	calls := &atomic.Int64{}
-	h := ib.Middleware(b.credit(1, calls))
+	h := ib.Middleware(b.Credit(1, calls))
 	_, err = h(newMsg("warm-up")) // the schema check and the consumer's registration happen once
 	require.NoError(t, err)
 
@@ -210,7 +210,7 @@ func TestLibpq_AConnectionsFirstClaimCostsNoRoundTripMore(t *testing.T) {
 		require.Equal(t, dial+5, counted.n.Load(), "message %d: dialling, then BEGIN, the claim, the handler's UPDATE in two, COMMIT", n)
 	}
 	require.EqualValues(t, 6, calls.Load())
-	require.Equal(t, 6, b.balance(t))
+	require.Equal(t, 6, b.Balance(t))
 
 	// A copy on a fresh connection prepares the claim too, and its lack of a row proves it prepared.
 	counted.n.Store(0)

@@ -21,7 +21,7 @@ func (b *testBundle) produceTwo(calls *atomic.Int64) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		calls.Add(1)
 		if _, ok := inbox.LeaseFromContext(msg.Context()); !ok {
-			if _, err := b.credit(100, nil)(msg); err != nil {
+			if _, err := b.Credit(100, nil)(msg); err != nil {
 				return nil, err
 			}
 		}
@@ -149,12 +149,12 @@ func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop
 	dlq := &inboxtest.RecordingPublisher{}
 	ib, b := setup(t, inbox.WithDeadLetter(dlq, "deposits.dlq"))
 	// A limit of the operator's stands for any value the column refuses.
-	_, err := b.db.Exec(`ALTER TABLE ` + b.table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
+	_, err := b.db.Exec(`ALTER TABLE ` + b.Table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
 	require.NoError(t, err)
 	var calls atomic.Int64
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		calls.Add(1)
-		if _, err := b.credit(100, nil)(msg); err != nil {
+		if _, err := b.Credit(100, nil)(msg); err != nil {
 			return nil, err
 		}
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(strings.Repeat("x", 500)))}, nil
@@ -162,8 +162,8 @@ func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop
 	_, err = h(newMsg("evt-1"))
 	require.NoError(t, err, "dead-lettered, then acked")
 	require.EqualValues(t, 1, calls.Load())
-	require.Equal(t, 0, b.balance(t), "the effect is rolled back with the claim")
-	require.Equal(t, 0, b.rows(t, "wallet-credits"))
+	require.Equal(t, 0, b.Balance(t), "the effect is rolled back with the claim")
+	require.Equal(t, 0, b.Rows(t, "wallet-credits"))
 	dead := dlq.Messages("deposits.dlq")
 	require.Len(t, dead, 1)
 	require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "produced")
@@ -173,7 +173,7 @@ func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t
 	t.Parallel()
 	dlq := &inboxtest.RecordingPublisher{}
 	ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithDeadLetter(dlq, "payments.dlq"))
-	_, err := b.db.Exec(`ALTER TABLE ` + b.table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
+	_, err := b.db.Exec(`ALTER TABLE ` + b.Table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
 	require.NoError(t, err)
 	var calls atomic.Int64
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {

@@ -66,9 +66,9 @@ func TestEventIDPublisher(t *testing.T) {
 		pubsub := inboxtest.NewGoChannel(t)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table)))
 		var calls atomic.Int64
-		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, inboxtest.NoPublish(b.credit(100, &calls)))
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, inboxtest.NoPublish(b.Credit(100, &calls)))
 		inboxtest.RunRouter(t, router)
 
 		pub := inbox.EventIDPublisher(pubsub, "")
@@ -81,6 +81,6 @@ func TestEventIDPublisher(t *testing.T) {
 		require.NoError(t, pub.Publish("deposits", again))
 
 		require.EqualValues(t, 1, calls.Load())
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 	})
 }

@@ -148,7 +148,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
 
-		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table + ` CASCADE`) // with its view
+		_, err = b.db.Exec(`DROP TABLE ` + b.Table + `_produced, ` + b.Table + ` CASCADE`) // with its view
 		require.NoError(t, err)
 		// The first delivery's claim finds the table gone; it and every redelivery after it (the inbox checks
 		// again) wait the delay: no hot loop.
@@ -167,7 +167,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		h := ib.Middleware(noop)
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
-		_, err = b.db.Exec(`DROP TABLE ` + b.table + `_produced, ` + b.table + ` CASCADE`) // with its view
+		_, err = b.db.Exec(`DROP TABLE ` + b.Table + `_produced, ` + b.Table + ` CASCADE`) // with its view
 		require.NoError(t, err)
 		for range 2 {
 			start := time.Now()
@@ -316,17 +316,17 @@ func TestMigrate_VerifiesTheSchemaItLeavesBehind(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
 		for _, stmt := range []string{
-			`DROP INDEX ` + b.table + `_processing`,
-			`ALTER TABLE ` + b.table + ` DISABLE TRIGGER ` + b.table + `_unfinished_claim`,
-			`ALTER TABLE ` + b.table + `_produced DROP CONSTRAINT ` + b.table + `_produced_pkey`,
+			`DROP INDEX ` + b.Table + `_processing`,
+			`ALTER TABLE ` + b.Table + ` DISABLE TRIGGER ` + b.Table + `_unfinished_claim`,
+			`ALTER TABLE ` + b.Table + `_produced DROP CONSTRAINT ` + b.Table + `_produced_pkey`,
 		} {
 			_, err := b.db.Exec(stmt)
 			require.NoError(t, err, stmt)
 		}
-		err := inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table))
+		err := inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.Table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
-		require.ErrorContains(t, err, "index "+b.table+"_processing does not exist")
-		require.ErrorContains(t, err, "trigger "+b.table+"_unfinished_claim is disabled")
-		require.ErrorContains(t, err, "table "+b.table+"_produced has no primary key, want (message_id, consumer_id)")
+		require.ErrorContains(t, err, "index "+b.Table+"_processing does not exist")
+		require.ErrorContains(t, err, "trigger "+b.Table+"_unfinished_claim is disabled")
+		require.ErrorContains(t, err, "table "+b.Table+"_produced has no primary key, want (message_id, consumer_id)")
 	})
 }

@@ -56,7 +56,7 @@ func TestMigrate(t *testing.T) {
 		_, b := setup(t)
 		var columns int
 		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM pg_attribute
-			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, b.table).Scan(&columns))
+			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, b.Table).Scan(&columns))
 		require.Equal(t, 8, columns, "a ninth column adds 8 bytes to every row: see migrations/001_inbox.up.sql")
 	})
 
@@ -73,7 +73,7 @@ func TestMigrate(t *testing.T) {
 			require.NoError(t, err)
 		}
 		produced := func() (ids []string) {
-			rows, err := b.db.Query(`SELECT message_id FROM ` + b.table + `_produced ORDER BY message_id`)
+			rows, err := b.db.Query(`SELECT message_id FROM ` + b.Table + `_produced ORDER BY message_id`)
 			require.NoError(t, err)
 			defer rows.Close()
 			for rows.Next() {
@@ -86,15 +86,15 @@ func TestMigrate(t *testing.T) {
 		}
 		require.Equal(t, []string{"evt-1", "evt-2", "evt-3"}, produced())
 
-		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
+		row, err := inbox.OnSQL(b.db).Forget(context.Background(), inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.True(t, row.HadProduced)
 		require.Equal(t, []string{"evt-2", "evt-3"}, produced())
 
-		_, err = b.db.Exec(`UPDATE `+b.table+` SET processed_at = processed_at - 60*24*30
-			WHERE message_id = 'evt-2' AND consumer_id = (SELECT id FROM `+b.table+`_consumers WHERE name = $1)`, "wallet-credits")
+		_, err = b.db.Exec(`UPDATE `+b.Table+` SET processed_at = processed_at - 60*24*30
+			WHERE message_id = 'evt-2' AND consumer_id = (SELECT id FROM `+b.Table+`_consumers WHERE name = $1)`, "wallet-credits")
 		require.NoError(t, err)
-		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := inbox.OnSQL(b.db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.EqualValues(t, 1, res.Deleted)
 		require.Equal(t, []string{"evt-3"}, produced(), "the row the cleanup kept keeps its produced messages")
@@ -103,8 +103,8 @@ func TestMigrate(t *testing.T) {
 	t.Run("RunningAgainChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table)))
-		require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.table)))
+		require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.Table)))
+		require.NoError(t, inbox.OnSQL(b.db).Migrate(context.Background(), inbox.WithTable(b.Table)))
 	})
 
 	t.Run("RejectsAnInvalidTableNameBeforeAnySQL", func(t *testing.T) {

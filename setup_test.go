@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,13 +93,12 @@ func maintenanceOptions(shared []inbox.SharedOption) []inbox.MaintenanceOption {
 	return out
 }
 
-// testBundle is what a test needs around the Inbox under test: its database, its tables, and what it logged.
+// testBundle is the shared fixture (inboxtest.Wallet: an inbox table, account 1 at balance 0, a non-idempotent
+// Credit handler, a recording logger) over lib/pq, with the *sql.DB and the options the Inbox was built with.
 type testBundle struct {
-	db       *sql.DB
-	table    string // the inbox table
-	accounts string // a side-effect table: id, balance
-	logs     *recordingLogger
-	opts     []inbox.Option // the options the Inbox was built with, to build another over the same table
+	*inboxtest.Wallet
+	db   *sql.DB
+	opts []inbox.Option // the options the Inbox was built with, to build another over the same table
 }
 
 // setup migrates a fresh inbox table and an accounts table with account 1 at balance 0, and returns an Inbox over
@@ -108,7 +106,7 @@ type testBundle struct {
 func setup(t testing.TB, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
 	t.Helper()
 	b := newBundle(t)
-	b.opts = append([]inbox.Option{inbox.WithTable(b.table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.logs)}, opts...)
+	b.opts = b.Options(opts...)
 	ib, err := inbox.New(b.db, b.opts...)
 	require.NoError(t, err)
 	return ib, b
@@ -117,49 +115,8 @@ func setup(t testing.TB, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
 // newBundle creates the tables of a test without building an Inbox, for tests that build their own.
 func newBundle(t testing.TB) *testBundle {
 	t.Helper()
-	ctx := context.Background()
-	b := &testBundle{db: openDB(t), table: inboxtest.UniqueName("inbox_test"), logs: &recordingLogger{}}
-	b.accounts = b.table + "_accounts"
-	require.NoError(t, inbox.OnSQL(b.db).Migrate(ctx, inbox.WithTable(b.table)))
-	_, err := b.db.ExecContext(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL)`)
-	require.NoError(t, err)
-	_, err = b.db.ExecContext(ctx, `INSERT INTO `+b.accounts+` VALUES (1, 0)`)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = b.db.Exec(`DROP TABLE IF EXISTS ` + b.accounts)
-		dropInboxTables(b.db, b.table) // its guard function too
-	})
-	return b
-}
-
-// credit is a handler whose side effect is not idempotent: every run adds amount to account 1.
-func (b *testBundle) credit(amount int, calls *atomic.Int64) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		if calls != nil {
-			calls.Add(1)
-		}
-		tx, ok := inbox.TxFromContext(msg.Context())
-		if !ok {
-			return nil, fmt.Errorf("no inbox transaction in the handler's context")
-		}
-		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
-		return nil, err
-	}
-}
-
-func (b *testBundle) balance(t testing.TB) int {
-	t.Helper()
-	var balance int
-	require.NoError(t, b.db.QueryRow(`SELECT balance FROM `+b.accounts+` WHERE id = 1`).Scan(&balance))
-	return balance
-}
-
-// rows counts the inbox rows of consumer, through the view that shows them with consumer names.
-func (b *testBundle) rows(t testing.TB, consumer string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.table+`_view WHERE consumer = $1`, consumer).Scan(&n))
-	return n
+	db := openDB(t)
+	return &testBundle{Wallet: inboxtest.NewWallet(t, inboxtest.StdSQL(db, inbox.OnSQL(db), inboxtest.PostgreSQL)), db: db}
 }
 
 // newMsg returns a message carrying eventID under the default metadata key, with a fresh UUID as a broker's

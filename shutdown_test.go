@@ -51,7 +51,7 @@ func TestEndDelaysOnClose(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t, inbox.WithRejectDelay(10*time.Minute))
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1,"amount":100}`))
-		calls, err := closeWhileHeld(t, ib.Middleware, b.logs, "Inbox cannot apply message;", msg)
+		calls, err := closeWhileHeld(t, ib.Middleware, b.Logs, "Inbox cannot apply message;", msg)
 		require.NoError(t, err, "Close returned within its timeout")
 		require.Zero(t, calls)
 	})

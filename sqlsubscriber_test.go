@@ -28,7 +28,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		pub := newSQLPublisher(t, b.db)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithLogger(b.Logs)))
 		var calls, sameTx atomic.Int64
 		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 			ours, _ := inbox.TxFromContext(msg.Context())
@@ -36,17 +36,17 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 			if ok && ours == theirs {
 				sameTx.Add(1)
 			}
-			_, err := b.credit(100, &calls)(msg)
+			_, err := b.Credit(100, &calls)(msg)
 			return err
 		})
 		inboxtest.RunRouter(t, router)
 
 		require.NoError(t, pub.Publish(topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2")))
-		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && len(b.logs.Find("skipped duplicate")) == 1 },
+		require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 2 && len(b.Logs.Find("skipped duplicate")) == 1 },
 			10*time.Second, 20*time.Millisecond)
 		require.EqualValues(t, 2, calls.Load())
 		require.EqualValues(t, 2, sameTx.Load(), "the handler must see the subscriber's transaction, not a second one")
-		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 200, b.Balance(t))
 	})
 
 	t.Run("AHandlerErrorRollsBackTheSubscribersTransactionWithTheClaim", func(t *testing.T) {
@@ -55,10 +55,10 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		topic := newSQLTopic(t, b.db)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
-		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table)))
 		var calls atomic.Int64
 		router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
-			if _, err := b.credit(100, &calls)(msg); err != nil {
+			if _, err := b.Credit(100, &calls)(msg); err != nil {
 				return err
 			}
 			if calls.Load() == 1 {
@@ -69,9 +69,9 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 		inboxtest.RunRouter(t, router)
 
 		require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
-		require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 		require.EqualValues(t, 2, calls.Load())
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 	})
 }
 
@@ -83,7 +83,7 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 	topic := newSQLTopic(t, b.db)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table)))
 	var calls atomic.Int64
 	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
 		if calls.Add(1) == 1 {
@@ -91,15 +91,15 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 			_, err := tx.ExecContext(msg.Context(), `SELECT 1/0`)
 			return err
 		}
-		_, err := b.credit(100, nil)(msg)
+		_, err := b.Credit(100, nil)(msg)
 		return err
 	})
 	inboxtest.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
-	require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 	require.EqualValues(t, 2, calls.Load())
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 100, b.Balance(t))
 }
 
 func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.T) {
@@ -109,14 +109,14 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			t.Parallel()
 			b := newBundle(t)
 			topic := newSQLTopic(t, b.db)
-			mw := inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithSubscriberTx(join))
+			mw := inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithSubscriberTx(join))
 
 			first, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 			require.NoError(t, err)
 			first.AddMiddleware(mw)
 			started := make(chan struct{})
 			first.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
-				if _, err := b.credit(100, nil)(msg); err != nil {
+				if _, err := b.Credit(100, nil)(msg); err != nil {
 					return err
 				}
 				close(started)
@@ -127,17 +127,17 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 			<-started
 			require.NoError(t, first.Close())
-			require.Equal(t, 0, b.balance(t))
-			require.Equal(t, 0, b.rows(t, "wallet-credits"))
+			require.Equal(t, 0, b.Balance(t))
+			require.Equal(t, 0, b.Rows(t, "wallet-credits"))
 
 			// The next process gets the message again and applies it, once.
 			second, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
 			second.AddMiddleware(mw)
-			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), inboxtest.NoPublish(b.credit(100, nil)))
+			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), inboxtest.NoPublish(b.Credit(100, nil)))
 			inboxtest.RunRouter(t, second)
-			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
-			require.Equal(t, 100, b.balance(t))
+			require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+			require.Equal(t, 100, b.Balance(t))
 		})
 	}
 }
@@ -158,31 +158,31 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 			topic := newSQLTopic(t, b.db)
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
-			ib, err := inbox.On(driver.StdSQL(b.db)).New(append([]inbox.Option{inbox.WithTable(b.table),
-				inbox.WithLogger(b.logs), inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...)
+			ib, err := inbox.On(driver.StdSQL(b.db)).New(append([]inbox.Option{inbox.WithTable(b.Table),
+				inbox.WithLogger(b.Logs), inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...)
 			require.NoError(t, err)
 			router.AddMiddleware(ib.Middleware)
 			var calls atomic.Int64
 			router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
-				_, err := b.credit(100, &calls)(msg)
+				_, err := b.Credit(100, &calls)(msg)
 				return err
 			})
 			inboxtest.RunRouter(t, router)
 
 			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 			if opts == nil {
-				require.Eventually(t, func() bool { return len(b.logs.Find("cannot apply messages")) >= 2 },
+				require.Eventually(t, func() bool { return len(b.Logs.Find("cannot apply messages")) >= 2 },
 					30*time.Second, 10*time.Millisecond)
 				require.Zero(t, calls.Load(), "the handler must not run outside the transaction the message carries")
-				require.Zero(t, b.rows(t, "wallet-credits"))
-				logged := b.logs.Find("cannot apply messages")[0]
+				require.Zero(t, b.Rows(t, "wallet-credits"))
+				logged := b.Logs.Find("cannot apply messages")[0]
 				require.ErrorIs(t, logged.Err, inbox.ErrInvalidOption)
 				require.ErrorContains(t, logged.Err, "inbox.SQLv3Joiner")
 				return
 			}
-			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
 			require.EqualValues(t, 1, calls.Load())
-			require.Equal(t, 100, b.balance(t))
+			require.Equal(t, 100, b.Balance(t))
 		})
 	}
 }
@@ -226,33 +226,33 @@ func TestMiddleware_ASubscriberOnAnotherDatabaseIsHeldBackNamingTheOption(t *tes
 			topic := newSQLTopic(t, other)
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
-			ib, err := inbox.New(b.db, append([]inbox.Option{inbox.WithTable(b.table), inbox.WithLogger(b.logs),
+			ib, err := inbox.New(b.db, append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithLogger(b.Logs),
 				inbox.WithRejectDelay(10 * time.Millisecond)}, opts...)...)
 			require.NoError(t, err)
 			router.AddMiddleware(ib.Middleware)
 			var calls atomic.Int64
 			router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, other, "wallet"), func(msg *message.Message) error {
-				_, err := b.credit(100, &calls)(msg)
+				_, err := b.Credit(100, &calls)(msg)
 				return err
 			})
 			inboxtest.RunRouter(t, router)
 
 			require.NoError(t, newSQLPublisher(t, other).Publish(topic, newMsg("evt-1")))
 			if opts == nil {
-				require.Eventually(t, func() bool { return len(b.logs.Find("cannot apply messages")) >= 2 },
+				require.Eventually(t, func() bool { return len(b.Logs.Find("cannot apply messages")) >= 2 },
 					30*time.Second, 10*time.Millisecond)
 				require.Zero(t, calls.Load(), "the handler must not run in a transaction on another database")
-				require.Zero(t, b.rows(t, "wallet-credits"))
-				for _, logged := range b.logs.Find("cannot apply messages") {
+				require.Zero(t, b.Rows(t, "wallet-credits"))
+				for _, logged := range b.Logs.Find("cannot apply messages") {
 					require.ErrorIs(t, logged.Err, inbox.ErrInvalidOption)
 					require.ErrorContains(t, logged.Err, "another database than the inbox's")
 					require.ErrorContains(t, logged.Err, "WithSubscriberTx(false)")
 				}
 				return
 			}
-			require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 10*time.Millisecond)
 			require.EqualValues(t, 1, calls.Load())
-			require.Equal(t, 100, b.balance(t))
+			require.Equal(t, 100, b.Balance(t))
 		})
 	}
 }

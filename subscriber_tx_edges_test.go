@@ -55,10 +55,10 @@ func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
 			return out, nil
 		}
 	})
-	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table)))
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table)))
 	var calls atomic.Int64
 	router.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), func(msg *message.Message) error {
-		if _, err := b.credit(100, nil)(msg); err != nil {
+		if _, err := b.Credit(100, nil)(msg); err != nil {
 			return err
 		}
 		if calls.Add(1) <= 3 {
@@ -76,8 +76,8 @@ func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
 	}
 	require.EqualValues(t, 4, calls.Load(), "three failed attempts in the same transaction, then success")
 	require.Zero(t, leaked.Load(), "every savepoint rolled back to must be released too")
-	require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, 100, b.balance(t))
+	require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, 100, b.Balance(t))
 }
 
 func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing.T) {
@@ -86,12 +86,12 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 	topic := newSQLTopic(t, b.db)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.table), inbox.WithConsumer("shared"), inbox.WithLogger(b.logs)))
+	router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("shared"), inbox.WithLogger(b.Logs)))
 	var calls, failed atomic.Int64
 	for _, group := range []string{"a", "b"} {
 		router.AddConsumerHandler("credits-"+group, topic, newSQLSubscriber(t, b.db, group), func(msg *message.Message) error {
 			time.Sleep(2 * time.Millisecond) // let the two groups' transactions overlap
-			_, err := b.credit(100, &calls)(msg)
+			_, err := b.Credit(100, &calls)(msg)
 			if err != nil {
 				failed.Add(1)
 			}
@@ -112,8 +112,8 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 			WHERE o.offset_acked = (SELECT max("offset") FROM "watermill_`+topic+`")`).Scan(&groups))
 		return groups == 2
 	}, 20*time.Second, 50*time.Millisecond, "both groups drain the topic")
-	require.Equal(t, events, b.rows(t, "shared"))
-	require.Equal(t, events*100, b.balance(t), "one history: each event applied once across both groups")
+	require.Equal(t, events, b.Rows(t, "shared"))
+	require.Equal(t, events*100, b.Balance(t), "one history: each event applied once across both groups")
 	// Both groups credit one account, in the subscribers' REPEATABLE READ transactions: now and then one group's
 	// UPDATE fails with a serialization failure (40001) against the other's, and its message is redelivered and
 	// run again. A copy the other group applied is skipped before its handler runs, so the handler succeeds once
@@ -133,7 +133,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	out := &inboxtest.RecordingPublisher{}
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(b.table), inbox.WithLogger(b.logs)))
+	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(b.Table), inbox.WithLogger(b.Logs)))
 	cfg := sqlSubscriberConfig("wallet")
 	deadline := time.Second
 	cfg.AckDeadline = &deadline
@@ -141,7 +141,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	require.NoError(t, err)
 	var calls atomic.Int64
 	router.AddHandler("wallet-credits", topic, sub, "credited", out, func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := b.credit(100, &calls)(msg); err != nil {
+		if _, err := b.Credit(100, &calls)(msg); err != nil {
 			return nil, err
 		}
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
@@ -153,7 +153,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	require.Eventually(t, func() bool { return len(out.Messages("credited")) > 0 }, 20*time.Second, 20*time.Millisecond,
 		"the produced message of an applied message must go out")
 	require.True(t, d.fired.Load(), "the commit was injected")
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 100, b.Balance(t))
 	sent := out.Messages("credited")[0]
 	require.Equal(t, inbox.ProducedMessageUUID("wallet-credits", "evt-1", 0), sent.UUID)
 }

@@ -24,7 +24,7 @@ func batchMode(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	ib := b.inbox(t, inbox.WithBatch(50*time.Millisecond, 16), inbox.WithBatchConcurrency(1))
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	release := make(chan struct{})
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		switch msg.Metadata.Get(inbox.DefaultIDMetadataKey) {
@@ -79,13 +79,13 @@ func batchMode(t *testing.T, conn Conn) {
 	require.ErrorContains(t, failed["evt-3"], "fails after its write")
 	require.ErrorContains(t, failed["evt-7"], "panics after its write")
 	require.EqualValues(t, len(ids)-2+1, b.rows(t), "every claim but the two failed ones (and the blocker's)")
-	require.EqualValues(t, len(ids)-2+1, b.balance(t), "every effect but the two failed ones (and the blocker's)")
+	require.EqualValues(t, len(ids)-2+1, b.Balance(t), "every effect but the two failed ones (and the blocker's)")
 
 	for _, id := range []string{"evt-3", "evt-7"} {
 		_, err := ib.Middleware(credit)(newMsg(id))
 		require.NoError(t, err, "the redelivery of %s", id)
 	}
-	require.EqualValues(t, len(ids)+1, b.balance(t), "each message applied once")
+	require.EqualValues(t, len(ids)+1, b.Balance(t), "each message applied once")
 	require.EqualValues(t, len(ids)+1, b.rows(t))
 }
 
@@ -96,7 +96,7 @@ func batchSlowHandler(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	ib := b.inbox(t, inbox.WithBatch(time.Millisecond, 16))
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	working := map[string]chan struct{}{"slow-alone": make(chan struct{}), "slow-member": make(chan struct{})}
 	release := map[string]chan struct{}{"slow-alone": make(chan struct{}), "slow-member": make(chan struct{})}
 	var once [2]sync.Once
@@ -145,7 +145,7 @@ func batchSlowHandler(t *testing.T, conn Conn) {
 	require.NoError(t, <-member)
 
 	require.EqualValues(t, 12, calls.Load(), "every handler ran once")
-	require.EqualValues(t, 12, b.balance(t), "every message applied once")
+	require.EqualValues(t, 12, b.Balance(t), "every message applied once")
 	require.EqualValues(t, 12, b.rows(t))
 }
 
@@ -154,10 +154,10 @@ func batchSlowHandler(t *testing.T, conn Conn) {
 // then, and so never meets its row locks (here it writes another row, and would not wait for them).
 func batchKeepsItsTurn(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
-	b.mustExec(t, `INSERT INTO `+b.accounts+` (id, balance) VALUES (2, 0)`)
+	b.mustExec(t, `INSERT INTO `+b.Accounts+` (id, balance) VALUES (2, 0)`)
 	ib := b.inbox(t, inbox.WithBatch(time.Millisecond, 16), inbox.WithBatchConcurrency(1))
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	first := EventIDs("first", 4)
 	inFirst := map[string]bool{}
 	for _, id := range first {
@@ -186,7 +186,7 @@ func batchKeepsItsTurn(t *testing.T, conn Conn) {
 			mu.Unlock()
 			return nil, nil
 		}
-		err := b.conn.ExecInHandler(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + `+b.p(1)+` WHERE id = 2`, 1)
+		err := b.Conn.ExecInHandler(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + `+b.p(1)+` WHERE id = 2`, 1)
 		mu.Lock()
 		secondWrote = append(secondWrote, time.Now())
 		mu.Unlock()
@@ -220,7 +220,7 @@ func batchKeepsItsTurn(t *testing.T, conn Conn) {
 		require.True(t, w.After(last), "the second batch wrote %v before the first batch's last handler returned",
 			last.Sub(w))
 	}
-	require.EqualValues(t, len(first), b.balance(t))
+	require.EqualValues(t, len(first), b.Balance(t))
 	require.EqualValues(t, 1+len(first)+4, b.rows(t), "the blocker's, the first's and the second's")
 }
 
@@ -231,7 +231,7 @@ func batchStragglersUnderLoad(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	const n = 120
 	for k := 2; k <= n+1; k++ { // accounts 2 to n+1: message load-k credits account k+2
-		b.mustExec(t, `INSERT INTO `+b.accounts+` (id, balance) VALUES (`+b.p(1)+`, 0)`, k)
+		b.mustExec(t, `INSERT INTO `+b.Accounts+` (id, balance) VALUES (`+b.p(1)+`, 0)`, k)
 	}
 	ib := b.inbox(t, inbox.WithBatch(time.Millisecond, 16))
 	var calls atomic.Int64
@@ -245,11 +245,11 @@ func batchStragglersUnderLoad(t *testing.T, conn Conn) {
 		if k%10 == 0 {
 			time.Sleep(time.Duration(20+k%21) * time.Millisecond)
 		}
-		return nil, b.conn.ExecInHandler(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = `+b.p(1), k+2)
+		return nil, b.Conn.ExecInHandler(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 1 WHERE id = `+b.p(1), k+2)
 	})
 	require.Empty(t, DeliverCopies(t, h, EventIDs("load", n), 2))
 	var total, credited int64
-	b.queryRow(t, `SELECT coalesce(sum(balance), 0), count(*) FROM `+b.accounts+` WHERE id > 1 AND balance > 0`, nil, &total, &credited)
+	b.queryRow(t, `SELECT coalesce(sum(balance), 0), count(*) FROM `+b.Accounts+` WHERE id > 1 AND balance > 0`, nil, &total, &credited)
 	require.EqualValues(t, n, total, "every message applied once")
 	require.EqualValues(t, n, credited, "each to its own account")
 	require.EqualValues(t, n, b.rows(t))
@@ -263,7 +263,7 @@ func batchCopies(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	ib := b.inbox(t, inbox.WithBatch(50*time.Millisecond, 32), inbox.WithBatchConcurrency(1))
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
 			return nil, err
@@ -289,6 +289,6 @@ func batchCopies(t *testing.T, conn Conn) {
 		}
 	}
 	require.EqualValues(t, len(ids), calls.Load(), "no copy's handler runs")
-	require.EqualValues(t, len(ids), b.balance(t), "each message applied once")
+	require.EqualValues(t, len(ids), b.Balance(t), "each message applied once")
 	require.EqualValues(t, len(ids), b.rows(t))
 }

@@ -47,7 +47,7 @@ func batchSwallowedFailure(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	ib := b.inbox(t, inbox.WithBatch(time.Millisecond, 16))
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	var swallowed atomic.Int64
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) != "swallower" {
@@ -57,7 +57,7 @@ func batchSwallowedFailure(t *testing.T, conn Conn) {
 			return nil, err
 		}
 		// Account 1 exists: the insert fails, and the handler carries on as if it had not.
-		if err := b.conn.ExecInHandler(msg.Context(), `INSERT INTO `+b.accounts+` (id, balance) VALUES (1, 0)`); err != nil {
+		if err := b.Conn.ExecInHandler(msg.Context(), `INSERT INTO `+b.Accounts+` (id, balance) VALUES (1, 0)`); err != nil {
 			swallowed.Add(1)
 		}
 		return nil, nil
@@ -100,11 +100,11 @@ func batchSwallowedFailure(t *testing.T, conn Conn) {
 		err, _ := swallowerErr.Load().(error)
 		require.Error(t, err)
 		require.ErrorContains(t, err, "returned nil after a statement on its transaction failed")
-		require.EqualValues(t, len(ids), b.balance(t), "the swallowing message's effect is rolled back")
+		require.EqualValues(t, len(ids), b.Balance(t), "the swallowing message's effect is rolled back")
 		require.EqualValues(t, len(ids), b.rows(t))
 	} else {
 		// MariaDB: a failed statement is undone alone and the transaction goes on; the message applies once.
-		require.EqualValues(t, len(ids)+1, b.balance(t))
+		require.EqualValues(t, len(ids)+1, b.Balance(t))
 		require.EqualValues(t, len(ids)+1, b.rows(t))
 	}
 }
@@ -122,7 +122,7 @@ func batchHandlerEndsTheTx(t *testing.T, conn Conn) {
 			b := newBundle(t, conn, true)
 			ib := b.inbox(t, inbox.WithBatch(50*time.Millisecond, 16), inbox.WithBatchConcurrency(1))
 			var calls atomic.Int64
-			credit := b.credit(1, &calls)
+			credit := b.Credit(1, &calls)
 			ids := EventIDs("evt", 12)
 			gather := newBarrier(len(ids))
 			var refused atomic.Int64
@@ -134,7 +134,7 @@ func batchHandlerEndsTheTx(t *testing.T, conn Conn) {
 				}
 				switch msg.Metadata.Get(inbox.DefaultIDMetadataKey) {
 				case "evt-2", "evt-5", "evt-9":
-					err := b.conn.EndInHandler(msg.Context(), commit)
+					err := b.Conn.EndInHandler(msg.Context(), commit)
 					if errors.Is(err, inbox.ErrTxShared) {
 						refused.Add(1)
 					} else if err != nil {
@@ -148,7 +148,7 @@ func batchHandlerEndsTheTx(t *testing.T, conn Conn) {
 			if err, ok := unexpected.Load().(error); ok {
 				t.Fatalf("a handler's %s failed with %v, not with inbox.ErrTxShared", name, err)
 			}
-			require.EqualValues(t, len(ids), b.balance(t), "every message is applied exactly once")
+			require.EqualValues(t, len(ids), b.Balance(t), "every message is applied exactly once")
 			require.EqualValues(t, len(ids), b.rows(t))
 		})
 	}

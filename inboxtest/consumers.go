@@ -22,7 +22,7 @@ func (b *bundle) registrationRace(t *testing.T, names, callers int, calls *atomi
 		name := fmt.Sprintf("new-consumer-%03d", n)
 		handlers := make([]func() error, callers)
 		for c := range callers {
-			h := b.inbox(t, inbox.WithConsumer(name)).Middleware(b.credit(100, calls))
+			h := b.inbox(t, inbox.WithConsumer(name)).Middleware(b.Credit(100, calls))
 			id := fmt.Sprintf("evt-%d", c)
 			handlers[c] = func() error { _, err := h(newMsg(id)); return err }
 		}
@@ -51,11 +51,11 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 	var calls atomic.Int64
 	b.registrationRace(t, names, callers, &calls)
 	require.EqualValues(t, names*callers, calls.Load())
-	require.EqualValues(t, names*callers*100, b.balance(t))
+	require.EqualValues(t, names*callers*100, b.Balance(t))
 	var consumers, rows int64
-	b.queryRow(t, `SELECT count(DISTINCT consumer), count(*) FROM `+b.d.View(b.table), nil, &consumers, &rows)
+	b.queryRow(t, `SELECT count(DISTINCT consumer), count(*) FROM `+b.d.View(b.Table), nil, &consumers, &rows)
 	require.EqualValues(t, [2]int64{names, names * callers}, [2]int64{consumers, rows})
-	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.Table))
 	require.NoError(t, err)
 
 	if b.d.ConsumerIDs == nil { // the rows carry the name: there is no id to draw, and no limit
@@ -63,7 +63,7 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 		return
 	}
 	var maxID, registered int64
-	b.queryRow(t, b.d.ConsumerIDs(b.table), nil, &maxID, &registered)
+	b.queryRow(t, b.d.ConsumerIDs(b.Table), nil, &maxID, &registered)
 	require.EqualValues(t, names, registered)
 	require.EqualValues(t, names, maxID, "a caller that lost the race to register a name drew an id all the same")
 	require.EqualValues(t, [2]int64{32767, 32767 - names}, [2]int64{st.ConsumerIDs, st.ConsumerIDsLeft},
@@ -111,20 +111,20 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 		b.apply(t, b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...), &calls, "evt-1")
 		require.EqualValues(t, 2, calls.Load())
 		require.Empty(t, nacks.Events())
-		st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+		st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.Zero(t, st.ConsumerIDs)
 		return
 	}
-	b.mustExec(t, b.d.ExhaustConsumerIDs(b.table))
+	b.mustExec(t, b.d.ExhaustConsumerIDs(b.Table))
 
-	newcomer := b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...).Middleware(b.credit(100, &calls))
+	newcomer := b.inbox(t, append(opts, inbox.WithConsumer("newcomer"))...).Middleware(b.Credit(100, &calls))
 	for range 2 { // each delivery waits the reject delay, the first, which tried to register, and the next
 		start := time.Now()
 		_, err := newcomer(newMsg("evt-2"))
 		waited := time.Since(start)
 		require.ErrorIs(t, err, inbox.ErrConsumerIDsExhausted)
-		require.ErrorContains(t, err, "register consumer newcomer in table "+b.table)
+		require.ErrorContains(t, err, "register consumer newcomer in table "+b.Table)
 		require.True(t, inbox.IsPermanent(err))
 		require.GreaterOrEqual(t, waited, delay, "the message was nacked before the reject delay: %v", err)
 	}
@@ -142,9 +142,9 @@ func exhaustedConsumerIDsHoldANewConsumerBack(t *testing.T, conn Conn) {
 	b.apply(t, registered, &calls, "evt-2")
 	b.apply(t, b.inbox(t, opts...), &calls, "evt-3", "evt-3")
 	require.EqualValues(t, 3, calls.Load())
-	require.EqualValues(t, 300, b.balance(t))
+	require.EqualValues(t, 300, b.Balance(t))
 	require.Len(t, nacks.Events(), 2)
-	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.EqualValues(t, [2]int64{32767, 0}, [2]int64{st.ConsumerIDs, st.ConsumerIDsLeft})
 }

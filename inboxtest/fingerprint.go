@@ -43,11 +43,11 @@ var fingerprintModes = map[string][]inbox.Option{
 // call out that credits the account in a transaction of its own, as a provider would.
 func (b *bundle) effect(mode string, calls *atomic.Int64) message.HandlerFunc {
 	if mode != "lease" {
-		return b.credit(100, calls)
+		return b.Credit(100, calls)
 	}
 	return func(msg *message.Message) ([]*message.Message, error) {
 		calls.Add(1)
-		_, err := b.exec(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 100 WHERE id = 1`)
+		_, err := b.exec(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 100 WHERE id = 1`)
 		return nil, err
 	}
 }
@@ -83,7 +83,7 @@ func aReusedIDIsReportedAndSkipped(t *testing.T, conn Conn) {
 			require.NoError(t, err, "a copy and a conflict are both acked")
 		}
 		require.EqualValues(t, 1, c.calls.Load(), "only the first message runs")
-		require.EqualValues(t, 100, c.balance(t))
+		require.EqualValues(t, 100, c.Balance(t))
 		got := c.obs.Events()
 		require.Len(t, got, 2, "each copy of the refunded event is a conflict; the copy of the paid one is not")
 		for _, e := range got {
@@ -94,7 +94,7 @@ func aReusedIDIsReportedAndSkipped(t *testing.T, conn Conn) {
 			require.False(t, e.DeadLettered)
 			require.Equal(t, "refunded", e.Message.Metadata.Get("type"))
 		}
-		require.Equal(t, 2, c.logs.Count("Inbox found an event ID reused for another message"))
+		require.Equal(t, 2, c.Logs.Count("Inbox found an event ID reused for another message"))
 	})
 }
 
@@ -119,7 +119,7 @@ func aReusedIDIsDeadLetteredWhenAsked(t *testing.T, conn Conn) {
 		require.Len(t, c.obs.Events(), 1)
 		require.True(t, c.obs.Events()[0].DeadLettered)
 		require.EqualValues(t, 1, c.calls.Load())
-		require.EqualValues(t, 100, c.balance(t))
+		require.EqualValues(t, 100, c.Balance(t))
 	})
 }
 
@@ -140,7 +140,7 @@ func rowsWithoutAFingerprintNeverConflict(t *testing.T, conn Conn) {
 			_, err = h(typed("evt-1", "refunded"))
 			require.NoError(t, err)
 			require.Empty(t, obs.Events(), "the row has no fingerprint: the copy is a duplicate")
-			require.Equal(t, 1, b.logs.Count("skipped duplicate"))
+			require.Equal(t, 1, b.Logs.Count("skipped duplicate"))
 
 			_, err = h(typed("evt-2", "paid"))
 			require.NoError(t, err)
@@ -148,7 +148,7 @@ func rowsWithoutAFingerprintNeverConflict(t *testing.T, conn Conn) {
 			require.NoError(t, err)
 			require.Len(t, obs.Events(), 1, "a row written with the option has a fingerprint")
 			require.EqualValues(t, 2, calls.Load())
-			require.EqualValues(t, 200, b.balance(t))
+			require.EqualValues(t, 200, b.Balance(t))
 		})
 	}
 
@@ -157,11 +157,11 @@ func rowsWithoutAFingerprintNeverConflict(t *testing.T, conn Conn) {
 	fresh := newBundle(t, conn, true)
 	ib := fresh.inbox(t, inbox.WithFingerprint(inbox.Fingerprint{}), inbox.WithAutoMigrate(false),
 		inbox.WithRejectDelay(time.Millisecond))
-	_, err := ib.Middleware(fresh.credit(1, &calls))(typed("evt-1", "paid"))
+	_, err := ib.Middleware(fresh.Credit(1, &calls))(typed("evt-1", "paid"))
 	require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 	require.ErrorContains(t, err, "column fingerprint")
 	for range 2 {
-		require.NoError(t, conn.Database().Migrate(context.Background(), inbox.WithTable(fresh.table),
+		require.NoError(t, conn.Database().Migrate(context.Background(), inbox.WithTable(fresh.Table),
 			inbox.WithFingerprint(inbox.Fingerprint{})), "Migrate adds the column, and finds it there the second time")
 	}
 }
@@ -190,7 +190,7 @@ func racingReusesApplyOnce(t *testing.T, conn Conn) {
 			require.NoError(t, <-errs)
 		}
 		require.EqualValues(t, 1, c.calls.Load(), "one of the racers applies")
-		require.EqualValues(t, 100, c.balance(t))
+		require.EqualValues(t, 100, c.Balance(t))
 		require.Len(t, c.obs.Events(), racers-1, "every other racer is a conflict")
 	})
 }

@@ -25,7 +25,7 @@ func leaseReleasesAndRetries(t *testing.T, conn Conn) {
 	type seen struct {
 		attempt        int
 		key, state     string
-		storedAttempts int64
+		storedAttempts int
 	}
 	var runs []seen
 	h := b.inbox(t, inbox.WithLease(time.Minute)).Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -114,7 +114,7 @@ func leaseTakeover(t *testing.T, conn Conn) {
 	require.EqualValues(t, 1, calls.Load())
 
 	// The hour passes for this row: its lease runs out by the database clock.
-	n := b.mustExec(t, `UPDATE `+b.table+` SET locked_until = `+b.d.Ago(time.Second)+` WHERE `+b.d.Row(b.table), consumer, "evt-1")
+	n := b.mustExec(t, `UPDATE `+b.Table+` SET locked_until = `+b.d.Ago(time.Second)+` WHERE `+b.d.Row(b.Table), consumer, "evt-1")
 	require.EqualValues(t, 1, n)
 	_, err = h(newMsg("evt-1"))
 	require.NoError(t, err, "the next copy takes the expired lease over")
@@ -142,13 +142,13 @@ func modeSwitch(t *testing.T, conn Conn) {
 
 	// The consumer is switched to transaction mode; the redelivery must be applied, not held forever.
 	var calls atomic.Int64
-	h := b.inbox(t, inbox.WithRejectDelay(time.Hour)).Middleware(b.credit(100, &calls))
+	h := b.inbox(t, inbox.WithRejectDelay(time.Hour)).Middleware(b.Credit(100, &calls))
 	for range 2 {
 		_, err = h(newMsg("evt-1"))
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 1, calls.Load())
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 	state, _ = b.row(t, "evt-1")
 	require.Equal(t, "done", state)

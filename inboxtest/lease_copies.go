@@ -39,7 +39,7 @@ func leaseModeSkipsACopyOfADoneMessageAndAcksIt(t *testing.T, conn Conn) {
 	require.EqualValues(t, 1, calls.Load())
 	require.EqualValues(t, 1, obs.claims.Load())
 	require.EqualValues(t, 2, obs.duplicates.Load())
-	require.Equal(t, 2, b.logs.Count("skipped duplicate"))
+	require.Equal(t, 2, b.Logs.Count("skipped duplicate"))
 }
 
 func leaseModeNacksACopyWhileTheLeaseIsLiveAfterABoundedDelay(t *testing.T, conn Conn) {

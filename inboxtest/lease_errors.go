@@ -49,7 +49,7 @@ func leaseModeReleasesAFailedAttemptAtOnceAndStoresItsError(t *testing.T, conn C
 	state, attempts := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
 	require.EqualValues(t, 3, attempts)
-	require.Zero(t, b.logs.Count("lease write failed"))
+	require.Zero(t, b.Logs.Count("lease write failed"))
 }
 
 func leaseModeStoresALongErrorCutAtACharacterBoundary(t *testing.T, conn Conn) {
@@ -80,13 +80,13 @@ func leaseModeReleasesThePanickingHandlersLeaseAndReportsAFailedRelease(t *testi
 	_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 		// An operator forces the row away while the handler runs, so the release finds nothing to release.
 		_, err := conn.Database().Forget(context.Background(), inbox.ForgetParams{Consumer: consumer, ID: "evt-2", Force: true},
-			inbox.WithTable(b.table))
+			inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		return nil, errors.New("card declined")
 	})(newMsg("evt-2"))
 	require.ErrorContains(t, err, "card declined")
 	require.ErrorIs(t, err, inbox.ErrLeaseLost, "the failed release is part of the error, not dropped")
-	require.Equal(t, 1, b.logs.Count("lease write failed"))
+	require.Equal(t, 1, b.Logs.Count("lease write failed"))
 }
 
 func leaseModeKeepsAnExhaustedMessageWithoutADeadLetterTopicAndNacksItSlowly(t *testing.T, conn Conn) {

@@ -34,7 +34,7 @@ func (b *bundle) readLease(ctx context.Context, id string, notBefore time.Time, 
 	q := `SELECT state, coalesce(attempts, 0), lease_token IS NOT NULL,
 		coalesce(locked_until >= ` + b.p(1) + `, false), coalesce(locked_until <= ` + b.d.Ago(-lease) + `, false),
 		coalesce(locked_until > ` + b.d.Ago(0) + `, false)
-		FROM ` + b.d.View(b.table) + ` WHERE consumer = ` + b.p(2) + ` AND message_id = ` + b.p(3)
+		FROM ` + b.d.View(b.Table) + ` WHERE consumer = ` + b.p(2) + ` AND message_id = ` + b.p(3)
 	err = b.inTx(ctx, func(tx driver.Tx) error {
 		return tx.QueryRow(ctx, q, notBefore, consumer, id).Scan(&c.state, &c.attempts, &c.token, &c.fromBefore, &c.byNow, &c.stillBlocked)
 	})
@@ -88,7 +88,7 @@ func aHandlerCanExtendItsLease(t *testing.T, conn Conn) {
 
 	// Past the lease's minute by the database clock, locked_until is the extension's.
 	var beyond int64
-	b.queryRow(t, `SELECT count(*) FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1)+` AND message_id = `+b.p(2)+
+	b.queryRow(t, `SELECT count(*) FROM `+b.d.View(b.Table)+` WHERE consumer = `+b.p(1)+` AND message_id = `+b.p(2)+
 		` AND locked_until > `+b.d.Ago(-30*time.Minute), []any{consumer, "evt-1"}, &beyond)
 	require.EqualValues(t, 1, beyond, "the lease runs an hour from the extension")
 	_, err := h(newMsg("evt-1"))
@@ -116,7 +116,7 @@ func theObserverSeesATakeoverBeforeTheNextClaimAndTheLostLeaseOfTheLateHolder(t 
 	}()
 	<-holding
 	// The hour passes for this row: the late holder's lease runs out by the database clock.
-	n := b.mustExec(t, `UPDATE `+b.table+` SET locked_until = `+b.d.Ago(time.Second)+` WHERE `+b.d.Row(b.table), consumer, "evt-1")
+	n := b.mustExec(t, `UPDATE `+b.Table+` SET locked_until = `+b.d.Ago(time.Second)+` WHERE `+b.d.Row(b.Table), consumer, "evt-1")
 	require.EqualValues(t, 1, n)
 
 	var inHandler any
@@ -135,7 +135,7 @@ func theObserverSeesATakeoverBeforeTheNextClaimAndTheLostLeaseOfTheLateHolder(t 
 	require.Equal(t, 2, claim.Attempt)
 	require.Equal(t, "span of evt-1", inHandler)
 	require.Equal(t, "lease of attempt 1 expired", previous, "the handler can ask its provider about attempt 1")
-	require.Equal(t, 1, b.logs.Count("took over an expired lease"))
+	require.Equal(t, 1, b.Logs.Count("took over an expired lease"))
 	finish, _ := OnlyEvent[inbox.FinishEvent](t, next, "Finished")
 	require.Equal(t, inbox.OutcomeCommitted, finish.Outcome)
 

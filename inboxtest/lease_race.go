@@ -79,7 +79,7 @@ func aTransactionModeCopyWaitsForALeaseModeHolder(t *testing.T, conn Conn) {
 	<-holding
 
 	var calls atomic.Int64
-	h := transactional.Middleware(b.credit(100, &calls))
+	h := transactional.Middleware(b.Credit(100, &calls))
 	_, err := h(newMsg("evt-1"))
 	require.ErrorIs(t, err, inbox.ErrLeaseHeld, "an unfinished lease-mode row is not a duplicate")
 	release()
@@ -123,11 +123,11 @@ func forgetKeepsALiveLeaseUnlessForced(t *testing.T, conn Conn) {
 	}()
 	<-holding
 	ctx := context.Background()
-	_, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.table))
+	_, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.Table))
 	require.ErrorIs(t, err, inbox.ErrLeaseHeld)
 	require.EqualValues(t, 1, b.rows(t))
 
-	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1", Force: true}, inbox.WithTable(b.table))
+	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1", Force: true}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Equal(t, "processing", row.State)
 	require.Equal(t, 1, row.Attempts)

@@ -21,31 +21,31 @@ func theEventIDIsReadWhereTheOptionsSay(t *testing.T, conn Conn) {
 	t.Run("FromTheEventIDMetadataByDefault", func(t *testing.T) {
 		b := newBundle(t, conn, true)
 		var calls atomic.Int64
-		h := b.inbox(t).Middleware(b.credit(100, &calls))
+		h := b.inbox(t).Middleware(b.Credit(100, &calls))
 		for range 3 {
 			_, err := h(newMsg("evt-1")) // three UUIDs, one event ID
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 1, calls.Load())
-		require.EqualValues(t, 100, b.balance(t))
+		require.EqualValues(t, 100, b.Balance(t))
 	})
 	t.Run("FromAConfiguredMetadataKey", func(t *testing.T) {
 		b := newBundle(t, conn, true)
 		var calls atomic.Int64
-		h := b.inbox(t, inbox.WithIDMetadataKey("idempotency_key")).Middleware(b.credit(100, &calls))
+		h := b.inbox(t, inbox.WithIDMetadataKey("idempotency_key")).Middleware(b.Credit(100, &calls))
 		for _, eventID := range []string{"a", "b", "a"} {
 			msg := newMsg("ignored-because-another-key-is-configured")
 			msg.Metadata.Set("idempotency_key", eventID)
 			_, err := h(msg)
 			require.NoError(t, err)
 		}
-		require.EqualValues(t, 200, b.balance(t))
+		require.EqualValues(t, 200, b.Balance(t))
 		require.EqualValues(t, 2, b.rows(t))
 	})
 	t.Run("FromTheMessageUUIDOnlyWhenAskedTo", func(t *testing.T) {
 		b := newBundle(t, conn, true)
 		var calls atomic.Int64
-		h := b.inbox(t, inbox.WithMessageUUIDAsID()).Middleware(b.credit(100, &calls))
+		h := b.inbox(t, inbox.WithMessageUUIDAsID()).Middleware(b.Credit(100, &calls))
 		first := newMsg("evt-1")
 		_, err := h(first)
 		require.NoError(t, err)
@@ -55,7 +55,7 @@ func theEventIDIsReadWhereTheOptionsSay(t *testing.T, conn Conn) {
 		require.NoError(t, err)
 		_, err = h(newMsg("evt-1")) // same event_id, another UUID: another message in this mode
 		require.NoError(t, err)
-		require.EqualValues(t, 200, b.balance(t))
+		require.EqualValues(t, 200, b.Balance(t))
 	})
 	t.Run("AndHandedToTheHandler", func(t *testing.T) {
 		b := newBundle(t, conn, true)
@@ -104,7 +104,7 @@ func unusableIDsAreDeadLetteredWithTheReasonAndAcked(t *testing.T, conn Conn) {
 			b := newBundle(t, conn, true)
 			dlq := &RecordingPublisher{}
 			var calls atomic.Int64
-			_, err := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(b.credit(100, &calls))(tc.msg)
+			_, err := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(b.Credit(100, &calls))(tc.msg)
 			require.NoError(t, err, "a dead-lettered message is acked")
 			require.Zero(t, calls.Load(), "never applied without deduplication")
 			require.Zero(t, b.rows(t))
@@ -113,7 +113,7 @@ func unusableIDsAreDeadLetteredWithTheReasonAndAcked(t *testing.T, conn Conn) {
 			require.Equal(t, tc.msg.UUID, dead[0].UUID)
 			require.Equal(t, tc.msg.Payload, dead[0].Payload)
 			require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), tc.text)
-			require.Equal(t, 1, b.logs.Count("dead-lettered"))
+			require.Equal(t, 1, b.Logs.Count("dead-lettered"))
 		})
 	}
 }
@@ -125,17 +125,17 @@ func unusableIDsWithoutADeadLetterTopicAreNackedAfterTheRejectDelay(t *testing.T
 			const delay = 100 * time.Millisecond
 			var calls atomic.Int64
 			start := time.Now()
-			_, err := b.inbox(t, inbox.WithRejectDelay(delay)).Middleware(b.credit(100, &calls))(tc.msg)
+			_, err := b.inbox(t, inbox.WithRejectDelay(delay)).Middleware(b.Credit(100, &calls))(tc.msg)
 			require.ErrorIs(t, err, tc.want, "an error makes the router nack: the message is kept")
 			require.ErrorContains(t, err, tc.text)
 			require.GreaterOrEqual(t, time.Since(start), delay, "the nack waits, so redelivery is no hot loop")
 			require.Zero(t, calls.Load())
-			require.Equal(t, 1, b.logs.Count("cannot apply message"))
+			require.Equal(t, 1, b.Logs.Count("cannot apply message"))
 		})
 	}
 	t.Run("TheDelayEndsWithTheMessageContext", func(t *testing.T) {
 		b := newBundle(t, conn, true)
-		h := b.inbox(t, inbox.WithRejectDelay(time.Hour)).Middleware(b.credit(100, new(atomic.Int64)))
+		h := b.inbox(t, inbox.WithRejectDelay(time.Hour)).Middleware(b.Credit(100, new(atomic.Int64)))
 		_, err := h(newMsg("evt-1")) // checks the schema first, so the short context below is the delay's alone
 		require.NoError(t, err)
 		msg := withID("")
@@ -149,7 +149,7 @@ func unusableIDsWithoutADeadLetterTopicAreNackedAfterTheRejectDelay(t *testing.T
 		b := newBundle(t, conn, true)
 		dlq := &RecordingPublisher{FailFirst: 1}
 		h := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq"), inbox.WithRejectDelay(10*time.Millisecond)).
-			Middleware(b.credit(100, new(atomic.Int64)))
+			Middleware(b.Credit(100, new(atomic.Int64)))
 		_, err := h(withID(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 		require.ErrorContains(t, err, "broker unavailable")

@@ -124,7 +124,7 @@ func aClaimIsBracketedByClaimedAndFinished(t *testing.T, conn Conn) {
 	msg := newMsg("evt-1")
 	_, err := b.inbox(t, inbox.WithObserver(obs)).Middleware(func(m *message.Message) ([]*message.Message, error) {
 		inHandler = SpanOf(m.Context())
-		return b.credit(100, new(atomic.Int64))(m)
+		return b.Credit(100, new(atomic.Int64))(m)
 	})(msg)
 	require.NoError(t, err)
 
@@ -149,7 +149,7 @@ func aClaimIsBracketedByClaimedAndFinished(t *testing.T, conn Conn) {
 
 	// A copy is reported as a duplicate, without a claim.
 	copies := &EventRecorder{}
-	_, err = b.inbox(t, inbox.WithObserver(copies)).Middleware(b.credit(100, new(atomic.Int64)))(newMsg("evt-1"))
+	_, err = b.inbox(t, inbox.WithObserver(copies)).Middleware(b.Credit(100, new(atomic.Int64)))(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"DuplicateSkipped"}, copies.Hooks())
 	skip, _ := OnlyEvent[inbox.SkipEvent](t, copies, "DuplicateSkipped")
@@ -258,14 +258,14 @@ func theObserverSeesEachCleanupBatchWithItsConsumersRows(t *testing.T, conn Conn
 		b.age(t, name, thirtyDays, ids...)
 	}
 	obs := &EventRecorder{}
-	_, err := conn.Database().Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.table), inbox.WithObserver(obs))
+	_, err := conn.Database().Cleanup(context.Background(), inbox.CleanupParams{BatchSize: 2}, inbox.WithTable(b.Table), inbox.WithObserver(obs))
 	require.NoError(t, err)
 
 	perConsumer := map[string]int64{}
 	for _, r := range obs.Events() {
 		require.Equal(t, "RowsCleaned", r.Hook)
 		e := r.Event.(inbox.CleanupEvent)
-		require.Equal(t, b.table, e.Table)
+		require.Equal(t, b.Table, e.Table)
 		require.LessOrEqual(t, e.Rows, int64(2), "one event per batch")
 		perConsumer[e.Consumer] += e.Rows
 	}

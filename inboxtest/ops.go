@@ -20,7 +20,7 @@ import (
 // apply runs the credit handler on a copy of each ID under ib and fails the test if one is not applied.
 func (b *bundle) apply(t *testing.T, ib *inbox.Inbox, calls *atomic.Int64, ids ...string) {
 	t.Helper()
-	h := ib.Middleware(b.credit(100, calls))
+	h := ib.Middleware(b.Credit(100, calls))
 	for _, id := range ids {
 		_, err := h(newMsg(id))
 		require.NoError(t, err, "apply %s", id)
@@ -31,8 +31,8 @@ func migrateTwiceAndConcurrently(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, false)
 	ctx := context.Background()
 	db := conn.Database()
-	require.NoError(t, db.Migrate(ctx, inbox.WithTable(b.table)))
-	require.NoError(t, db.Migrate(ctx, inbox.WithTable(b.table)), "a second run changes nothing")
+	require.NoError(t, db.Migrate(ctx, inbox.WithTable(b.Table)))
+	require.NoError(t, db.Migrate(ctx, inbox.WithTable(b.Table)), "a second run changes nothing")
 
 	const instances = 8
 	errs := make(chan error, instances)
@@ -41,7 +41,7 @@ func migrateTwiceAndConcurrently(t *testing.T, conn Conn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- db.Migrate(ctx, inbox.WithTable(b.table))
+			errs <- db.Migrate(ctx, inbox.WithTable(b.Table))
 		}()
 	}
 	wg.Wait()
@@ -54,7 +54,7 @@ func migrateTwiceAndConcurrently(t *testing.T, conn Conn) {
 	var calls atomic.Int64
 	b.apply(t, b.inbox(t, inbox.WithAutoMigrate(false)), &calls, "evt-1", "evt-1")
 	require.EqualValues(t, 1, calls.Load())
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 }
 
@@ -64,7 +64,7 @@ func autoMigrate(t *testing.T, conn Conn) {
 	var calls atomic.Int64
 	b.apply(t, ib, &calls, "evt-1", "evt-1")
 	require.EqualValues(t, 1, calls.Load())
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
@@ -102,7 +102,7 @@ func migrationRedoneIn(t *testing.T, conn Conn, opts []inbox.Option, inTx bool) 
 	ctx := context.Background()
 	// The effect of a handler with a transaction is a row of its consumer and ID, which commits with the claim or
 	// not at all; a lease-mode handler's, which has none, is its run.
-	effects := b.table + "_effects"
+	effects := b.Table + "_effects"
 	b.mustExec(t, `CREATE TABLE `+effects+` (consumer varchar(64) NOT NULL, message_id varchar(64) NOT NULL)`)
 	t.Cleanup(func() { _, _ = b.exec(ctx, `DROP TABLE IF EXISTS `+effects) })
 	var mu sync.Mutex
@@ -150,7 +150,7 @@ func migrationRedoneIn(t *testing.T, conn Conn, opts []inbox.Option, inTx bool) 
 	deliver(wallets, "evt-1")
 	deliver(pays, "evt-1", "evt-2")
 
-	stmts, err := b.d.RollBackNewest(b.table)
+	stmts, err := b.d.RollBackNewest(b.Table)
 	require.NoError(t, err)
 	require.NoError(t, b.inTx(ctx, func(tx driver.Tx) error {
 		for _, s := range stmts {
@@ -160,7 +160,7 @@ func migrationRedoneIn(t *testing.T, conn Conn, opts []inbox.Option, inTx bool) 
 		}
 		return nil
 	}))
-	require.NoError(t, conn.Database().Migrate(ctx, inbox.WithTable(b.table)))
+	require.NoError(t, conn.Database().Migrate(ctx, inbox.WithTable(b.Table)))
 
 	// evt-2 is new to wallet-credits, though payments applied it; evt-4 is new to payments alone.
 	deliver(wallets, "evt-2", "evt-3")
@@ -177,7 +177,7 @@ func migrationRedoneIn(t *testing.T, conn Conn, opts []inbox.Option, inTx bool) 
 	// Each consumer's rows are its own: what the rollback kept of the first messages, and the new ones.
 	var names, ids []string
 	require.NoError(t, b.inTx(ctx, func(tx driver.Tx) error {
-		return scanPairs(ctx, tx, `SELECT consumer, message_id FROM `+b.d.View(b.table), &names, &ids)
+		return scanPairs(ctx, tx, `SELECT consumer, message_id FROM `+b.d.View(b.Table), &names, &ids)
 	}))
 	rows := map[string][]string{}
 	for n := range names {
@@ -216,7 +216,7 @@ func cleanupDeletesExpired(t *testing.T, conn Conn) {
 	b.apply(t, ib, &calls, "evt-1", "evt-2", "evt-3")
 	b.age(t, consumer, thirtyDays, "evt-1", "evt-2")
 
-	res, err := conn.Database().Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.table))
+	res, err := conn.Database().Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
 	require.EqualValues(t, 2, res.Deleted)
@@ -227,7 +227,7 @@ func cleanupDeletesExpired(t *testing.T, conn Conn) {
 	// What was deleted is forgotten: its next copy is applied again; what was kept is still a duplicate.
 	b.apply(t, ib, &calls, "evt-1", "evt-3")
 	require.EqualValues(t, 4, calls.Load())
-	require.EqualValues(t, 400, b.balance(t))
+	require.EqualValues(t, 400, b.Balance(t))
 }
 
 func cleanupConcurrentIsSkipped(t *testing.T, conn Conn) {
@@ -249,12 +249,12 @@ func cleanupConcurrentIsSkipped(t *testing.T, conn Conn) {
 		var once sync.Once
 		res, err := db.Cleanup(ctx, inbox.CleanupParams{BatchSize: 1, Progress: func(inbox.CleanupProgress) {
 			once.Do(func() { close(inFirstBatch); <-gate })
-		}}, inbox.WithTable(b.table))
+		}}, inbox.WithTable(b.Table))
 		first <- result{res, err}
 	}()
 	<-inFirstBatch
 
-	second, err := db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+	second, err := db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.True(t, second.Skipped, "the first round holds the lock")
 	require.Zero(t, second.Deleted)
@@ -282,9 +282,9 @@ func readStats(t *testing.T, conn Conn) {
 	_, err = b.inbox(t, inbox.WithConsumer("payments"), inbox.WithLease(time.Minute)).Middleware(failing)(newMsg("pay-2"))
 	require.Error(t, err)
 
-	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table))
+	st, err := conn.Database().ReadStats(context.Background(), inbox.WithTable(b.Table))
 	require.NoError(t, err)
-	require.Equal(t, b.table, st.Table)
+	require.Equal(t, b.Table, st.Table)
 	require.Len(t, st.Consumers, 2)
 	p, w := st.Consumers[0], st.Consumers[1]
 	require.Equal(t, "payments", p.Consumer)
@@ -295,7 +295,7 @@ func readStats(t *testing.T, conn Conn) {
 	require.Positive(t, st.IndexBytes)
 	require.GreaterOrEqual(t, st.TotalBytes, st.TableBytes+st.IndexBytes)
 
-	_, err = conn.Database().ReadStats(context.Background(), inbox.WithTable(b.table+"_missing"))
+	_, err = conn.Database().ReadStats(context.Background(), inbox.WithTable(b.Table+"_missing"))
 	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }
 
@@ -306,12 +306,12 @@ func forget(t *testing.T, conn Conn) {
 	b.apply(t, ib, &calls, "evt-1", "evt-2")
 	ctx := context.Background()
 
-	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.table),
-		inbox.WithLogger(b.logs))
+	row, err := conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.Table),
+		inbox.WithLogger(b.Logs))
 	require.NoError(t, err)
 	require.Equal(t, "done", row.State)
 	require.WithinDuration(t, time.Now(), row.ProcessedAt, 2*time.Minute, "the row it removed")
-	logged := b.logs.Find("Inbox row forgotten")
+	logged := b.Logs.Find("Inbox row forgotten")
 	require.Len(t, logged, 1, "what an operator removed is in the log")
 	require.Equal(t, "evt-1", logged[0].Fields["event_id"])
 	require.Equal(t, consumer, logged[0].Fields["consumer"])
@@ -319,12 +319,12 @@ func forget(t *testing.T, conn Conn) {
 	state, _ := b.row(t, "evt-2")
 	require.Equal(t, "done", state)
 
-	_, err = conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.table))
+	_, err = conn.Database().Forget(ctx, inbox.ForgetParams{Consumer: consumer, ID: "evt-1"}, inbox.WithTable(b.Table))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
 	b.apply(t, ib, &calls, "evt-1", "evt-2")
 	require.EqualValues(t, 3, calls.Load(), "the forgotten message is applied again, the other is not")
-	require.EqualValues(t, 300, b.balance(t))
+	require.EqualValues(t, 300, b.Balance(t))
 	require.EqualValues(t, 2, b.rows(t))
 }
 
@@ -336,7 +336,7 @@ func remembers(t *testing.T, conn Conn) {
 	b.age(t, consumer, 3*24*time.Hour, "evt-1")
 	b.age(t, "payments", 2*time.Hour, "pay-1")
 
-	ms, err := conn.Database().Remembers(context.Background(), inbox.WithTable(b.table))
+	ms, err := conn.Database().Remembers(context.Background(), inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Len(t, ms, 2)
 	require.Equal(t, "payments", ms[0].Consumer)

@@ -51,7 +51,7 @@ func (b *bundle) newRouter(t *testing.T, opts ...inbox.Option) (*message.Router,
 	t.Helper()
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	ib, err := b.conn.Database().New(append([]inbox.Option{inbox.WithTable(b.table), inbox.WithLogger(b.logs)}, opts...)...)
+	ib, err := b.Conn.Database().New(append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithLogger(b.Logs)}, opts...)...)
 	require.NoError(t, err)
 	router.AddMiddleware(ib.Middleware)
 	return router, NewGoChannel(t)
@@ -69,8 +69,8 @@ func underTheRouterEachHandlerAppliesAMessageOnceUnderItsOwnName(t *testing.T, c
 	b := newBundle(t, conn, true)
 	router, pubsub := b.newRouter(t) // no WithConsumer: each handler's name scopes its own history
 	var walletCalls, auditCalls atomic.Int64
-	router.AddConsumerHandler(consumer, "deposits", pubsub, NoPublish(b.credit(100, &walletCalls)))
-	router.AddConsumerHandler("audit", "deposits", pubsub, NoPublish(b.credit(1, &auditCalls)))
+	router.AddConsumerHandler(consumer, "deposits", pubsub, NoPublish(b.Credit(100, &walletCalls)))
+	router.AddConsumerHandler("audit", "deposits", pubsub, NoPublish(b.Credit(1, &auditCalls)))
 	RunRouter(t, router)
 
 	for range 2 {
@@ -78,10 +78,10 @@ func underTheRouterEachHandlerAppliesAMessageOnceUnderItsOwnName(t *testing.T, c
 	}
 	require.EqualValues(t, 1, walletCalls.Load())
 	require.EqualValues(t, 1, auditCalls.Load())
-	require.EqualValues(t, 101, b.balance(t))
-	require.EqualValues(t, 1, b.rowsOf(t, consumer))
-	require.EqualValues(t, 1, b.rowsOf(t, "audit"))
-	skips := b.logs.Find("skipped duplicate")
+	require.EqualValues(t, 101, b.Balance(t))
+	require.EqualValues(t, 1, b.Rows(t, consumer))
+	require.EqualValues(t, 1, b.Rows(t, "audit"))
+	skips := b.Logs.Find("skipped duplicate")
 	require.Len(t, skips, 2)
 	require.ElementsMatch(t, []any{consumer, "audit"}, []any{skips[0].Fields["consumer"], skips[1].Fields["consumer"]})
 }
@@ -90,25 +90,25 @@ func aFixedConsumerNameOverridesTheHandlersName(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	router, pubsub := b.newRouter(t, inbox.WithConsumer("ledger"))
 	var calls atomic.Int64
-	router.AddConsumerHandler("wallet-credits-v2", "deposits", pubsub, NoPublish(b.credit(100, &calls)))
+	router.AddConsumerHandler("wallet-credits-v2", "deposits", pubsub, NoPublish(b.Credit(100, &calls)))
 	RunRouter(t, router)
 
 	require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
 	require.EqualValues(t, 1, calls.Load())
-	require.EqualValues(t, 1, b.rowsOf(t, "ledger"))
-	require.Zero(t, b.rowsOf(t, "wallet-credits-v2"))
+	require.EqualValues(t, 1, b.Rows(t, "ledger"))
+	require.Zero(t, b.Rows(t, "wallet-credits-v2"))
 }
 
 func withoutARouterOrAConsumerNameTheInboxRefusesToRun(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
-	ib, err := conn.Database().New(inbox.WithTable(b.table), inbox.WithRejectDelay(time.Millisecond), inbox.WithLogger(b.logs))
+	ib, err := conn.Database().New(inbox.WithTable(b.Table), inbox.WithRejectDelay(time.Millisecond), inbox.WithLogger(b.Logs))
 	require.NoError(t, err)
 	var calls atomic.Int64
-	_, err = ib.Middleware(b.credit(100, &calls))(newMsg("evt-1")) // no router, so no handler's name
+	_, err = ib.Middleware(b.Credit(100, &calls))(newMsg("evt-1")) // no router, so no handler's name
 	require.ErrorIs(t, err, inbox.ErrNoConsumer)
 	require.Zero(t, calls.Load())
-	require.Zero(t, b.balance(t))
-	require.Equal(t, 1, b.logs.Count("cannot apply message"), "the operator learns why")
+	require.Zero(t, b.Balance(t))
+	require.Equal(t, 1, b.Logs.Count("cannot apply message"), "the operator learns why")
 }
 
 func underTheRouterAMessageIsAckedOnlyAfterItsCommit(t *testing.T, conn Conn) {
@@ -119,14 +119,14 @@ func underTheRouterAMessageIsAckedOnlyAfterItsCommit(t *testing.T, conn Conn) {
 		err  error
 	}
 	atAck := make(chan seen, 1)
-	credit := b.credit(100, new(atomic.Int64))
+	credit := b.Credit(100, new(atomic.Int64))
 	router.AddConsumerHandler(consumer, "deposits", pubsub, func(msg *message.Message) error {
 		go func() { // watches the ack from outside the handler, as the broker would
 			<-msg.Acked()
 			var s seen
 			ctx := context.Background()
 			s.err = b.inTx(ctx, func(tx driver.Tx) error {
-				return tx.QueryRow(ctx, `SELECT count(*) FROM `+b.d.View(b.table)+` WHERE consumer = `+b.p(1), consumer).Scan(&s.rows)
+				return tx.QueryRow(ctx, `SELECT count(*) FROM `+b.d.View(b.Table)+` WHERE consumer = `+b.p(1), consumer).Scan(&s.rows)
 			})
 			atAck <- s
 		}()
@@ -149,7 +149,7 @@ func underTheRouterAPanickingHandlerIsNackedAndItsRedeliveryApplied(t *testing.T
 	b := newBundle(t, conn, true)
 	router, pubsub := b.newRouter(t)
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
+	credit := b.Credit(100, &calls)
 	router.AddConsumerHandler(consumer, "deposits", pubsub, func(msg *message.Message) error {
 		if _, err := credit(msg); err != nil {
 			return err
@@ -163,7 +163,7 @@ func underTheRouterAPanickingHandlerIsNackedAndItsRedeliveryApplied(t *testing.T
 
 	require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1"))) // returns once the redelivery is acked
 	require.EqualValues(t, 2, calls.Load())
-	require.EqualValues(t, 100, b.balance(t), "the panicking run's credit was rolled back")
+	require.EqualValues(t, 100, b.Balance(t), "the panicking run's credit was rolled back")
 	require.EqualValues(t, 1, b.rows(t))
 }
 
@@ -172,7 +172,7 @@ func underTheRouterADeadLetterCarriesWatermillsPoisonQueueMetadata(t *testing.T,
 	dlq := &RecordingPublisher{}
 	router, pubsub := b.newRouter(t, inbox.WithDeadLetter(dlq, "deposits.dlq"))
 	var calls atomic.Int64
-	router.AddConsumerHandler(consumer, "deposits", pubsub, NoPublish(b.credit(100, &calls)))
+	router.AddConsumerHandler(consumer, "deposits", pubsub, NoPublish(b.Credit(100, &calls)))
 	RunRouter(t, router)
 
 	require.NoError(t, pubsub.Publish("deposits", withID("")))
@@ -191,7 +191,7 @@ func producedMessagesOfAPublishThatFailedAfterTheCommitGoOutWithTheRedelivery(t 
 	out := &RecordingPublisher{FailFirst: 1} // the router's publish after the first, committed, run fails
 	payload := []byte{0x00, 0xff, 'o', 'k'}  // not UTF-8: stored produced messages keep any bytes
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
+	credit := b.Credit(100, &calls)
 	router.AddHandler(consumer, "deposits", pubsub, "credited", out, func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
 			return nil, err
@@ -205,8 +205,8 @@ func producedMessagesOfAPublishThatFailedAfterTheCommitGoOutWithTheRedelivery(t 
 	// Returns once the message is acked: after the failed publish, the nack, the redelivery and its publish.
 	require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
 	require.EqualValues(t, 1, calls.Load(), "the redelivery is a duplicate and does not run the handler")
-	require.EqualValues(t, 100, b.balance(t))
-	require.Equal(t, 1, b.logs.Count("skipped duplicate"))
+	require.EqualValues(t, 100, b.Balance(t))
+	require.Equal(t, 1, b.Logs.Count("skipped duplicate"))
 	sent := out.Messages("credited")
 	require.Len(t, sent, 1, "the produced message goes out with the duplicate, once the publish works")
 	want := inbox.ProducedMessageUUID(consumer, "evt-1", 0)

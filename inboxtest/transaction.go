@@ -18,17 +18,17 @@ import (
 func appliesOnceAndSkipsTheDuplicate(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	var calls atomic.Int64
-	h := b.inbox(t).Middleware(b.credit(100, &calls))
+	h := b.inbox(t).Middleware(b.Credit(100, &calls))
 	for range 3 {
 		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 1, calls.Load(), "the duplicates must not run the handler")
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 	state, _ := b.row(t, "evt-1")
 	require.Equal(t, "done", state)
-	skips := b.logs.Find("skipped duplicate")
+	skips := b.Logs.Find("skipped duplicate")
 	require.Len(t, skips, 2)
 	require.Equal(t, "info", skips[0].Level, "a duplicate is no error: the inbox works as it should")
 	require.Equal(t, consumer, skips[0].Fields["consumer"])
@@ -39,7 +39,7 @@ func aHandlerErrorRollsBack(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	ib := b.inbox(t)
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
+	credit := b.Credit(100, &calls)
 	_, err := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
 			return nil, err
@@ -48,13 +48,13 @@ func aHandlerErrorRollsBack(t *testing.T, conn Conn) {
 	})(newMsg("evt-1"))
 	require.ErrorContains(t, err, "fails after its write")
 	require.EqualValues(t, 1, calls.Load())
-	require.Zero(t, b.balance(t), "the effect is rolled back")
+	require.Zero(t, b.Balance(t), "the effect is rolled back")
 	require.Zero(t, b.rows(t), "and the claim with it")
 
 	_, err = ib.Middleware(credit)(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, calls.Load(), "the redelivery runs the handler")
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 }
 
@@ -62,7 +62,7 @@ func aHandlerPanicRollsBack(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	ib := b.inbox(t)
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
+	credit := b.Credit(100, &calls)
 	require.PanicsWithValue(t, "handler bug", func() {
 		_, _ = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			if _, err := credit(msg); err != nil {
@@ -72,20 +72,20 @@ func aHandlerPanicRollsBack(t *testing.T, conn Conn) {
 		})(newMsg("evt-1"))
 	})
 	require.EqualValues(t, 1, calls.Load())
-	require.Zero(t, b.balance(t), "the effect is rolled back")
+	require.Zero(t, b.Balance(t), "the effect is rolled back")
 	require.Zero(t, b.rows(t), "and the claim with it")
 
 	_, err := ib.Middleware(credit)(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, calls.Load())
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 }
 
 func racingCopiesApplyOnce(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
+	credit := b.Credit(100, &calls)
 	h := b.inbox(t).Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		time.Sleep(50 * time.Millisecond) // holds the claim while the other copies arrive and wait on it
 		return credit(msg)
@@ -110,9 +110,9 @@ func racingCopiesApplyOnce(t *testing.T, conn Conn) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 1, calls.Load())
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
-	require.Equal(t, copies-1, b.logs.Count("skipped duplicate"))
+	require.Equal(t, copies-1, b.Logs.Count("skipped duplicate"))
 }
 
 // producing returns a handler that runs effect, then returns two messages with fresh random UUIDs, the first with
@@ -158,13 +158,13 @@ func requireReplayed(t *testing.T, first, again []*message.Message) {
 func producedInTransactionMode(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	var calls, credits atomic.Int64
-	h := b.inbox(t).Middleware(producing(&calls, b.credit(100, &credits)))
+	h := b.inbox(t).Middleware(producing(&calls, b.Credit(100, &credits)))
 	first, err := h(newMsg("evt-1"))
 	require.NoError(t, err)
 	again, err := h(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, calls.Load(), "the duplicate is replayed, not run")
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 	requireReplayed(t, first, again)
 }
@@ -186,21 +186,21 @@ func producedInLeaseMode(t *testing.T, conn Conn) {
 func theEffectAndTheRowCommitWhenTheMiddlewareReturns(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
-	var balanceInside, rowsInside int64
+	credit := b.Credit(100, &calls)
+	var balanceInside, rowsInside int
 	_, err := b.inbox(t).Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
 			return nil, err
 		}
 		// Not visible to another connection before the commit: the effect is inside the claim's transaction.
-		balanceInside, rowsInside = b.balance(t), b.rows(t)
+		balanceInside, rowsInside = b.Balance(t), b.rows(t)
 		return nil, nil
 	})(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Zero(t, balanceInside)
 	require.Zero(t, rowsInside)
 	// Visible as soon as the middleware returned, which is when the router acks.
-	require.EqualValues(t, 100, b.balance(t))
+	require.EqualValues(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, b.rows(t))
 }
 
@@ -209,7 +209,7 @@ func aCancelledMessageContextRollsBackAndNacks(t *testing.T, conn Conn) {
 		t.Run(name, func(t *testing.T) {
 			b := newBundle(t, conn, true)
 			var calls atomic.Int64
-			credit := b.credit(100, &calls)
+			credit := b.Credit(100, &calls)
 			ctx, cancel := context.WithCancel(context.Background())
 			msg := newMsg("evt-1")
 			msg.SetContext(ctx)
@@ -223,7 +223,7 @@ func aCancelledMessageContextRollsBackAndNacks(t *testing.T, conn Conn) {
 				return nil, err
 			})(msg)
 			require.Error(t, err, "the router nacks")
-			require.Zero(t, b.balance(t), "nothing commits")
+			require.Zero(t, b.Balance(t), "nothing commits")
 			require.Zero(t, b.rows(t))
 		})
 	}
@@ -234,14 +234,14 @@ func aFailedCommitIsNackedAppliesNothingAndIsReported(t *testing.T, conn Conn) {
 	if b.d.DeferredCheck == nil {
 		t.Skipf("%s checks every constraint at its statement: no commit fails on demand", b.d.Name)
 	}
-	limits := b.table + "_limits"
+	limits := b.Table + "_limits"
 	create, violate := b.d.DeferredCheck(limits)
 	b.mustExec(t, create)
 	t.Cleanup(func() { _, _ = b.exec(context.Background(), `DROP TABLE IF EXISTS `+limits) })
 
 	obs := &EventRecorder{}
 	var calls atomic.Int64
-	credit := b.credit(100, &calls)
+	credit := b.Credit(100, &calls)
 	// The handler and the claim succeed; the constraint is checked at the commit, which fails.
 	_, err := b.inbox(t, inbox.WithObserver(obs)).Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if _, err := credit(msg); err != nil {
@@ -251,7 +251,7 @@ func aFailedCommitIsNackedAppliesNothingAndIsReported(t *testing.T, conn Conn) {
 	})(newMsg("evt-1"))
 	require.ErrorContains(t, err, "inbox: commit "+consumer+"/evt-1", "an error: the router nacks")
 	require.EqualValues(t, 1, calls.Load())
-	require.Zero(t, b.balance(t), "the effect went with the failed commit")
+	require.Zero(t, b.Balance(t), "the effect went with the failed commit")
 	require.Zero(t, b.rows(t), "and the claim with it")
 
 	require.Equal(t, []string{"Claimed", "Committed", "Finished"}, obs.Hooks())
@@ -264,5 +264,5 @@ func aFailedCommitIsNackedAppliesNothingAndIsReported(t *testing.T, conn Conn) {
 
 	_, err = b.inbox(t).Middleware(credit)(newMsg("evt-1"))
 	require.NoError(t, err)
-	require.EqualValues(t, 100, b.balance(t), "the redelivery is applied")
+	require.EqualValues(t, 100, b.Balance(t), "the redelivery is applied")
 }

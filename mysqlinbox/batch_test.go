@@ -69,15 +69,15 @@ func copiesBesideAMessageInFlight(t *testing.T, isolation string, n int) {
 	}
 	require.EqualValues(t, n, calls.Load(), "no copy's handler runs")
 	require.EqualValues(t, 1, begun, "the copies cost the batch's transaction only")
-	require.Equal(t, n, b.balance(t))
-	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
+	require.Equal(t, n, b.Balance(t))
+	require.Equal(t, n+1, b.Rows(t, "wallet-credits"))
 }
 
 // batchInbox is an inbox over pool whose batches hold up to n messages and wait up to a minute to fill, one at a
 // time.
 func batchInbox(t *testing.T, b *testBundle, pool driver.Pool, n int) *inbox.Inbox {
 	t.Helper()
-	ib, err := inbox.OnDialect(mysqlinbox.Dialect(), pool).New(b.options(inbox.WithBatch(time.Minute, n),
+	ib, err := inbox.OnDialect(mysqlinbox.Dialect(), pool).New(b.Options(inbox.WithBatch(time.Minute, n),
 		inbox.WithBatchConcurrency(1))...)
 	require.NoError(t, err)
 	return ib
@@ -168,11 +168,11 @@ func (c countingTx) Query(ctx context.Context, query string, args ...any) (drive
 func TestBatch_ClaimsItsNewMessagesInOneInsert(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	pool := &countingPool{BeginCounter: inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}, prefix: "INSERT INTO `" + b.table + "` "}
+	pool := &countingPool{BeginCounter: inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}, prefix: "INSERT INTO `" + b.Table + "` "}
 	const n = 16
 	ib := batchInbox(t, b, pool, n)
 	var calls atomic.Int64
-	h, release, held := holdTurn(t, ib, "blocker", b.credit(1, &calls), false)
+	h, release, held := holdTurn(t, ib, "blocker", b.Credit(1, &calls), false)
 	claims := pool.n.Load()
 	_, errs := inboxtest.DeliverTogether(h, inboxtest.EventIDs("evt", n))
 	claims = pool.n.Load() - claims
@@ -183,8 +183,8 @@ func TestBatch_ClaimsItsNewMessagesInOneInsert(t *testing.T) {
 	}
 	require.EqualValues(t, 1, claims, "the batch's claim statements")
 	require.EqualValues(t, n, calls.Load())
-	require.Equal(t, n, b.balance(t))
-	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
+	require.Equal(t, n, b.Balance(t))
+	require.Equal(t, n+1, b.Rows(t, "wallet-credits"))
 }
 
 // A copy of a message that another instance of the consumer is applying meets the batch's INSERT, which waits for
@@ -196,7 +196,7 @@ func TestBatch_AClaimThatMeetsACopyCommittingBesideItClaimsOneByOne(t *testing.T
 	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
 	const n = 8
 	ib := batchInbox(t, b, pool, n)
-	other, err := mysqlinbox.New(b.db, b.options()...) // another instance of the consumer, per message
+	other, err := mysqlinbox.New(b.db, b.Options()...) // another instance of the consumer, per message
 	require.NoError(t, err)
 	var calls atomic.Int64
 	_, releaseOther, applied := holdTurn(t, other, "evt-0", b.producing(&calls), true)
@@ -216,7 +216,7 @@ func TestBatch_AClaimThatMeetsACopyCommittingBesideItClaimsOneByOne(t *testing.T
 	require.Eventually(t, func() bool {
 		var waiting int
 		err := b.db.QueryRow(`SELECT COUNT(*) FROM information_schema.innodb_trx
-			WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?`, "INSERT INTO `"+b.table+"` %").Scan(&waiting)
+			WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?`, "INSERT INTO `"+b.Table+"` %").Scan(&waiting)
 		return err == nil && waiting == 1
 	}, 10*time.Second, 200*time.Millisecond, "the batch's INSERT waits for the claim of evt-0")
 	releaseOther()
@@ -235,8 +235,8 @@ func TestBatch_AClaimThatMeetsACopyCommittingBesideItClaimsOneByOne(t *testing.T
 	require.Equal(t, first.out[0].UUID, outs["evt-0"][0].UUID, "the copy returns what its first application produced")
 	require.EqualValues(t, n, calls.Load(), "evt-0's handler ran once, in the other instance")
 	require.EqualValues(t, 1, begun, "the batch's transaction only: no message went alone")
-	require.Equal(t, n, b.balance(t))
-	require.Equal(t, n+1, b.rows(t, "wallet-credits"))
+	require.Equal(t, n, b.Balance(t))
+	require.Equal(t, n+1, b.Rows(t, "wallet-credits"))
 }
 
 // Two instances of a consumer in batch mode take three copies of each message at once: the copies race between
@@ -247,7 +247,7 @@ func TestBatch_CopiesRacingThroughTwoInstancesApplyOnce(t *testing.T) {
 	b := newBundle(t)
 	const n = 150
 	for k := 2; k <= n+1; k++ {
-		_, err := b.db.Exec(`INSERT INTO `+b.accounts+` VALUES (?, 0)`, k)
+		_, err := b.db.Exec(`INSERT INTO `+b.Accounts+` VALUES (?, 0)`, k)
 		require.NoError(t, err)
 	}
 	var calls atomic.Int64
@@ -258,12 +258,12 @@ func TestBatch_CopiesRacingThroughTwoInstancesApplyOnce(t *testing.T) {
 			return nil, err
 		}
 		tx, _ := inbox.TxFromContext(msg.Context())
-		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = ?`, k+2)
+		_, err := tx.ExecContext(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 1 WHERE id = ?`, k+2)
 		return nil, err
 	}
 	var instances [2]message.HandlerFunc
 	for k := range instances {
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithBatch(time.Millisecond, 16))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithBatch(time.Millisecond, 16))...)
 		require.NoError(t, err)
 		instances[k] = ib.Middleware(credit)
 	}
@@ -273,10 +273,10 @@ func TestBatch_CopiesRacingThroughTwoInstancesApplyOnce(t *testing.T) {
 	}
 	require.Empty(t, inboxtest.DeliverCopies(t, h, inboxtest.EventIDs("evt", n), 3))
 	var total, credited int
-	require.NoError(t, b.db.QueryRow(`SELECT COALESCE(SUM(balance), 0), COUNT(*) FROM `+b.accounts+
+	require.NoError(t, b.db.QueryRow(`SELECT COALESCE(SUM(balance), 0), COUNT(*) FROM `+b.Accounts+
 		` WHERE id > 1 AND balance > 0`).Scan(&total, &credited))
 	require.Equal(t, n, total, "every message applied once")
 	require.Equal(t, n, credited, "each to its own account")
-	require.Equal(t, n, b.rows(t, "wallet-credits"))
+	require.Equal(t, n, b.Rows(t, "wallet-credits"))
 	require.LessOrEqual(t, calls.Load(), int64(3*n))
 }

@@ -25,7 +25,7 @@ import (
 func BenchmarkMiddleware_MariaDB(b *testing.B) {
 	tb := newBundle(b)
 	ctx := context.Background()
-	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = 1`
+	effect := `UPDATE ` + tb.Accounts + ` SET balance = balance + 1 WHERE id = 1`
 	run := func(name string, handle func(i int) error) {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
@@ -51,11 +51,11 @@ func BenchmarkMiddleware_MariaDB(b *testing.B) {
 		return tx.Commit()
 	})
 
-	txMode, err := mysqlinbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-inbox"))
+	txMode, err := mysqlinbox.New(tb.db, inbox.WithTable(tb.Table), inbox.WithConsumer("bench-inbox"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	credit := txMode.Middleware(tb.credit(1, nil))
+	credit := txMode.Middleware(tb.Credit(1, nil))
 	run("inbox", func(i int) error {
 		_, err := credit(newMsg(newID(i)))
 		return err
@@ -69,7 +69,7 @@ func BenchmarkMiddleware_MariaDB(b *testing.B) {
 		return err
 	})
 
-	leaseMode, err := mysqlinbox.New(tb.db, inbox.WithTable(tb.table), inbox.WithConsumer("bench-lease"), inbox.WithLease(time.Minute))
+	leaseMode, err := mysqlinbox.New(tb.db, inbox.WithTable(tb.Table), inbox.WithConsumer("bench-lease"), inbox.WithLease(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -87,12 +87,12 @@ func BenchmarkThroughput_MariaDB(b *testing.B) {
 	tb.db.SetMaxOpenConns(16)
 	const accounts = 1000
 	for n := 2; n <= accounts; n++ {
-		if _, err := tb.db.Exec(`INSERT INTO `+tb.accounts+` VALUES (?, 0)`, n); err != nil {
+		if _, err := tb.db.Exec(`INSERT INTO `+tb.Accounts+` VALUES (?, 0)`, n); err != nil {
 			b.Fatal(err)
 		}
 	}
-	effect := `UPDATE ` + tb.accounts + ` SET balance = balance + 1 WHERE id = ?`
+	effect := `UPDATE ` + tb.Accounts + ` SET balance = balance + 1 WHERE id = ?`
 	inboxtest.Throughput(b, inboxtest.StdSQLThroughput(tb.db, accounts, effect, func(opts ...inbox.Option) (*inbox.Inbox, error) {
-		return mysqlinbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.table)}, opts...)...)
+		return mysqlinbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.Table)}, opts...)...)
 	}))
 }

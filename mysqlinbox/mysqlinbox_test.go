@@ -30,11 +30,11 @@ func TestTransactionMode(t *testing.T) {
 	t.Run("RacingCopiesOfEachEventApplyItOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options()...)
+		ib, err := mysqlinbox.New(b.db, b.Options()...)
 		require.NoError(t, err)
 		var calls, committed atomic.Int64
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			produced, err := b.credit(100, &calls)(msg)
+			produced, err := b.Credit(100, &calls)(msg)
 			if err == nil {
 				committed.Add(1) // counted before the commit; the balance proves which commits landed
 			}
@@ -69,36 +69,36 @@ func TestTransactionMode(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		require.Equal(t, events*100, b.balance(t), "each event credited once")
-		require.Equal(t, events, b.rows(t, "wallet-credits"))
+		require.Equal(t, events*100, b.Balance(t), "each event credited once")
+		require.Equal(t, events, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("IDsCompareByteForByte", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options()...)
+		ib, err := mysqlinbox.New(b.db, b.Options()...)
 		require.NoError(t, err)
-		h := ib.Middleware(b.credit(1, nil))
+		h := ib.Middleware(b.Credit(1, nil))
 		for _, id := range []string{"evt-a", "evt-A", "evt-a ", "évt-a", "evt-á"} {
 			_, err := h(newMsg(id))
 			require.NoError(t, err, id)
 		}
 		_, err = h(newMsg("evt-a"))
 		require.NoError(t, err)
-		require.Equal(t, 5, b.balance(t), "IDs differing in case, a trailing space or an accent are different IDs")
-		require.Equal(t, 5, b.rows(t, "wallet-credits"))
+		require.Equal(t, 5, b.Balance(t), "IDs differing in case, a trailing space or an accent are different IDs")
+		require.Equal(t, 5, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("TheLongestIDAndConsumerNameFitTheKey", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		consumer := string(make([]byte, 0)) + fmt.Sprintf("%0512d", 7)
-		ib, err := mysqlinbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer(consumer), inbox.WithMaxIDLength(2000))
+		ib, err := mysqlinbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer(consumer), inbox.WithMaxIDLength(2000))
 		require.NoError(t, err)
 		id := fmt.Sprintf("%02000d", 9)
-		_, err = ib.Middleware(b.credit(1, nil))(newMsg(id))
+		_, err = ib.Middleware(b.Credit(1, nil))(newMsg(id))
 		require.NoError(t, err)
-		require.Equal(t, 1, b.rows(t, consumer))
+		require.Equal(t, 1, b.Rows(t, consumer))
 	})
 }
 
@@ -108,7 +108,7 @@ func TestLeaseMode(t *testing.T) {
 	t.Run("ClaimsRunsAndMarksDoneThenSkipsTheDuplicate", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -127,7 +127,7 @@ func TestLeaseMode(t *testing.T) {
 		require.NoError(t, err)
 
 		require.EqualValues(t, 1, calls.Load())
-		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		state, attempts := b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "done", state)
 		require.Equal(t, 1, attempts)
 		require.Len(t, again, 1)
@@ -137,7 +137,7 @@ func TestLeaseMode(t *testing.T) {
 	t.Run("AFailedAttemptReleasesTheLeaseAndTheNextCopyRunsAgain", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
 		var seen []string
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -151,23 +151,23 @@ func TestLeaseMode(t *testing.T) {
 
 		_, err = h(newMsg("evt-1"))
 		require.ErrorContains(t, err, "provider timed out")
-		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		state, attempts := b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "released", state)
 		require.Equal(t, 1, attempts)
 
 		_, err = h(newMsg("evt-1"))
 		require.NoError(t, err)
 		require.Equal(t, []string{"1:", "2:provider timed out"}, seen)
-		state, _ = b.row(t, "wallet-credits", "evt-1")
+		state, _ = b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "done", state)
 	})
 
 	t.Run("AnExpiredLeaseIsTakenOverAndALiveOneIsWaitedFor", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
-		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+		_, err = b.db.Exec(`INSERT INTO `+b.Table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
 			VALUES ('wallet-credits', 'live', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6)),
 			       ('wallet-credits', 'dead', 'processing', 1, ?, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, UTC_TIMESTAMP(6))`,
 			watermill.NewUUID(), watermill.NewUUID())
@@ -184,19 +184,19 @@ func TestLeaseMode(t *testing.T) {
 		_, err = h(newMsg("dead"))
 		require.NoError(t, err)
 		require.Equal(t, "2:lease of attempt 1 expired", previous)
-		require.Equal(t, 1, b.logs.Count("Inbox took over an expired lease"))
-		state, _ := b.row(t, "wallet-credits", "live")
+		require.Equal(t, 1, b.Logs.Count("Inbox took over an expired lease"))
+		state, _ := b.Row(t, "wallet-credits", "live")
 		require.Equal(t, "processing", state, "a live lease is left to its holder")
 	})
 
 	t.Run("AHolderWhoseLeaseWasTakenOverLearnsItLostIt", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			// Another consumer takes the row over while this holder is still running.
-			_, err := b.db.Exec(`UPDATE `+b.table+` SET lease_token = ?, attempts = attempts + 1 WHERE message_id = 'evt-1'`, watermill.NewUUID())
+			_, err := b.db.Exec(`UPDATE `+b.Table+` SET lease_token = ?, attempts = attempts + 1 WHERE message_id = 'evt-1'`, watermill.NewUUID())
 			require.NoError(t, err)
 			l, _ := inbox.LeaseFromContext(msg.Context())
 			require.ErrorIs(t, l.Extend(msg.Context(), time.Minute), inbox.ErrLeaseLost)
@@ -205,7 +205,7 @@ func TestLeaseMode(t *testing.T) {
 
 		_, err = h(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrLeaseLost, "completing a lost lease fails instead of overwriting the new holder's row")
-		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		state, attempts := b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "processing", state)
 		require.Equal(t, 2, attempts)
 	})
@@ -214,7 +214,7 @@ func TestLeaseMode(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		dlq := &recordingPublisher{}
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute), inbox.WithMaxAttempts(2), inbox.WithDeadLetter(dlq, "dead"))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute), inbox.WithMaxAttempts(2), inbox.WithDeadLetter(dlq, "dead"))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -233,7 +233,7 @@ func TestLeaseMode(t *testing.T) {
 		dead := dlq.Messages("dead")
 		require.Len(t, dead, 1)
 		require.Equal(t, "2", dead[0].Metadata.Get(inbox.AttemptsKey))
-		state, attempts := b.row(t, "wallet-credits", "evt-1")
+		state, attempts := b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "failed", state)
 		require.Equal(t, 2, attempts)
 	})
@@ -241,7 +241,7 @@ func TestLeaseMode(t *testing.T) {
 	t.Run("RacingCopiesRunTheHandlerOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.options(inbox.WithLease(time.Minute))...)
+		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -280,7 +280,7 @@ func TestOperations(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		ctx := context.Background()
-		ib, err := mysqlinbox.New(b.db, b.options()...)
+		ib, err := mysqlinbox.New(b.db, b.Options()...)
 		require.NoError(t, err)
 		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("x"))}, nil
@@ -289,22 +289,22 @@ func TestOperations(t *testing.T) {
 			_, err := h(newMsg(fmt.Sprintf("evt-%d", n)))
 			require.NoError(t, err)
 		}
-		_, err = b.db.Exec(`UPDATE ` + b.table + ` SET processed_at = processed_at - INTERVAL 30 DAY WHERE message_id IN ('evt-0', 'evt-1', 'evt-2')`)
+		_, err = b.db.Exec(`UPDATE ` + b.Table + ` SET processed_at = processed_at - INTERVAL 30 DAY WHERE message_id IN ('evt-0', 'evt-1', 'evt-2')`)
 		require.NoError(t, err)
-		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+		_, err = b.db.Exec(`INSERT INTO `+b.Table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
 			VALUES ('wallet-credits', 'stuck', 'processing', 1, ?, UTC_TIMESTAMP(6) - INTERVAL 20 DAY, UTC_TIMESTAMP(6) - INTERVAL 20 DAY)`,
 			watermill.NewUUID())
 		require.NoError(t, err)
 
-		res, err := mysqlinbox.Database(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 14 * 24 * time.Hour, BatchSize: 2}, inbox.WithTable(b.table))
+		res, err := mysqlinbox.Database(b.db).Cleanup(ctx, inbox.CleanupParams{Retention: 14 * 24 * time.Hour, BatchSize: 2}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.False(t, res.Skipped)
 		require.EqualValues(t, 3, res.Deleted)
 		require.EqualValues(t, 1, res.Abandoned)
 		require.GreaterOrEqual(t, res.Batches, 3, "two rows a batch, then an empty one")
-		require.Equal(t, 3, b.rows(t, "wallet-credits"), "evt-3, evt-4 and the abandoned lease are kept")
+		require.Equal(t, 3, b.Rows(t, "wallet-credits"), "evt-3, evt-4 and the abandoned lease are kept")
 		var produced int
-		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+`_produced`).Scan(&produced))
+		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.Table+`_produced`).Scan(&produced))
 		require.Equal(t, 2, produced, "the produced messages went with their rows")
 	})
 
@@ -312,20 +312,20 @@ func TestOperations(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		ctx := context.Background()
-		_, err := b.db.Exec(`INSERT INTO `+b.table+`_locks (name, holder, held_until) VALUES ('cleanup', ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)`, watermill.NewUUID())
+		_, err := b.db.Exec(`INSERT INTO `+b.Table+`_locks (name, holder, held_until) VALUES ('cleanup', ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)`, watermill.NewUUID())
 		require.NoError(t, err)
 		db := mysqlinbox.Database(b.db)
-		res, err := db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err := db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.True(t, res.Skipped)
 
-		_, err = b.db.Exec(`UPDATE ` + b.table + `_locks SET held_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND`)
+		_, err = b.db.Exec(`UPDATE ` + b.Table + `_locks SET held_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND`)
 		require.NoError(t, err)
-		res, err = db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.table))
+		res, err = db.Cleanup(ctx, inbox.CleanupParams{}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.False(t, res.Skipped, "a holder whose time ran out loses the lock")
 		var locks int
-		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+`_locks`).Scan(&locks))
+		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.Table+`_locks`).Scan(&locks))
 		require.Zero(t, locks, "the round frees the lock it took")
 	})
 
@@ -334,19 +334,19 @@ func TestOperations(t *testing.T) {
 		b := newBundle(t)
 		ctx := context.Background()
 		for _, consumer := range []string{"billing", "wallet-credits"} {
-			ib, err := mysqlinbox.New(b.db, inbox.WithTable(b.table), inbox.WithConsumer(consumer))
+			ib, err := mysqlinbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer(consumer))
 			require.NoError(t, err)
 			_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
 			require.NoError(t, err)
 		}
-		_, err := b.db.Exec(`UPDATE ` + b.table + ` SET processed_at = processed_at - INTERVAL 3 DAY WHERE consumer = 'billing'`)
+		_, err := b.db.Exec(`UPDATE ` + b.Table + ` SET processed_at = processed_at - INTERVAL 3 DAY WHERE consumer = 'billing'`)
 		require.NoError(t, err)
-		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+		_, err = b.db.Exec(`INSERT INTO `+b.Table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
 			VALUES ('billing', 'held', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6) - INTERVAL 9 DAY)`, watermill.NewUUID())
 		require.NoError(t, err)
 		db := mysqlinbox.Database(b.db)
 
-		ms, err := db.Remembers(ctx, inbox.WithTable(b.table))
+		ms, err := db.Remembers(ctx, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.Len(t, ms, 2)
 		require.Equal(t, "billing", ms[0].Consumer)
@@ -354,7 +354,7 @@ func TestOperations(t *testing.T) {
 		require.False(t, ms[0].Covers(4*24*time.Hour), "a 'processing' row does not count: %s", ms[0].Age)
 		require.False(t, ms[1].Covers(time.Hour))
 
-		st, err := db.ReadStats(ctx, inbox.WithTable(b.table))
+		st, err := db.ReadStats(ctx, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.Len(t, st.Consumers, 2)
 		require.Equal(t, inbox.ConsumerStats{Consumer: "billing", Rows: 2, Done: 1, Processing: 1,
@@ -366,7 +366,7 @@ func TestOperations(t *testing.T) {
 		require.EqualValues(t, 1, st.Consumers[1].Done)
 		require.Positive(t, st.TotalBytes)
 
-		_, err = db.ReadStats(ctx, inbox.WithTable(b.table+"_nope"))
+		_, err = db.ReadStats(ctx, inbox.WithTable(b.Table+"_nope"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 	})
 
@@ -374,31 +374,31 @@ func TestOperations(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		ctx := context.Background()
-		ib, err := mysqlinbox.New(b.db, b.options()...)
+		ib, err := mysqlinbox.New(b.db, b.Options()...)
 		require.NoError(t, err)
-		h := ib.Middleware(b.credit(100, nil))
+		h := ib.Middleware(b.Credit(100, nil))
 		_, err = h(newMsg("evt-1"))
 		require.NoError(t, err)
-		_, err = b.db.Exec(`INSERT INTO `+b.table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
+		_, err = b.db.Exec(`INSERT INTO `+b.Table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
 			VALUES ('wallet-credits', 'held', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6))`, watermill.NewUUID())
 		require.NoError(t, err)
 		db := mysqlinbox.Database(b.db)
 
-		row, err := db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.table))
+		row, err := db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.Equal(t, "done", row.State)
 		_, err = h(newMsg("evt-1"))
 		require.NoError(t, err)
-		require.Equal(t, 200, b.balance(t), "a forgotten message is applied again")
+		require.Equal(t, 200, b.Balance(t), "a forgotten message is applied again")
 
-		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held"}, inbox.WithTable(b.table))
+		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held"}, inbox.WithTable(b.Table))
 		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
-		row, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held", Force: true}, inbox.WithTable(b.table))
+		row, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held", Force: true}, inbox.WithTable(b.Table))
 		require.NoError(t, err)
 		require.Equal(t, "processing", row.State)
 		require.Equal(t, 1, row.Attempts)
 
-		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.table))
+		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.Table))
 		require.ErrorIs(t, err, inbox.ErrNotFound)
 	})
 }
@@ -409,9 +409,9 @@ func TestMigrate(t *testing.T) {
 	t.Run("ASecondRunAppliesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		require.NoError(t, mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.table)))
+		require.NoError(t, mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.Table)))
 		var versions int
-		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.table+`_migrations`).Scan(&versions))
+		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.Table+`_migrations`).Scan(&versions))
 		require.Equal(t, 1, versions)
 	})
 
@@ -419,7 +419,7 @@ func TestMigrate(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := inboxtest.UniqueName("inbox_my")
-		t.Cleanup(func() { (&testBundle{db: db, table: table, accounts: table + "_accounts"}).drop(t) })
+		t.Cleanup(func() { inboxtest.DropInbox(t, inboxtest.StdSQL(db, mysqlinbox.Database(db), mariaDB), table) })
 		var wg sync.WaitGroup
 		errs := make([]error, 6)
 		for n := range errs {
@@ -441,11 +441,11 @@ func TestMigrate(t *testing.T) {
 	t.Run("ATableChangedByHandIsReportedAsDrift", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		_, err := b.db.Exec(`ALTER TABLE ` + b.table + ` DROP INDEX ` + b.table + `_processing, MODIFY attempts BIGINT`)
+		_, err := b.db.Exec(`ALTER TABLE ` + b.Table + ` DROP INDEX ` + b.Table + `_processing, MODIFY attempts BIGINT`)
 		require.NoError(t, err)
-		err = mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.table))
+		err = mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.Table))
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
-		require.ErrorContains(t, err, "index "+b.table+"_processing does not exist")
+		require.ErrorContains(t, err, "index "+b.Table+"_processing does not exist")
 		require.ErrorContains(t, err, "column attempts is bigint, want int")
 	})
 
@@ -453,7 +453,7 @@ func TestMigrate(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := inboxtest.UniqueName("inbox_my")
-		t.Cleanup(func() { (&testBundle{db: db, table: table, accounts: table + "_accounts"}).drop(t) })
+		t.Cleanup(func() { inboxtest.DropInbox(t, inboxtest.StdSQL(db, mysqlinbox.Database(db), mariaDB), table) })
 		ib, err := mysqlinbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"))
 		require.NoError(t, err)
 		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
@@ -537,7 +537,7 @@ func singleConnection(t *testing.T) *sql.DB {
 func TestTheInboxsClaimAndADuplicatesReadAreNotPrepared(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	ib, err := mysqlinbox.New(singleConnection(t), b.options()...)
+	ib, err := mysqlinbox.New(singleConnection(t), b.Options()...)
 	require.NoError(t, err)
 	var prepared []int
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -547,7 +547,7 @@ func TestTheInboxsClaimAndADuplicatesReadAreNotPrepared(t *testing.T) {
 			return nil, err
 		}
 		prepared = append(prepared, n)
-		_, err = tx.ExecContext(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 1 WHERE id = 1`)
+		_, err = tx.ExecContext(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 1 WHERE id = 1`)
 		return nil, err
 	})
 	for _, id := range []string{"evt-1", "evt-2", "evt-1", "evt-3"} {
@@ -556,7 +556,7 @@ func TestTheInboxsClaimAndADuplicatesReadAreNotPrepared(t *testing.T) {
 	}
 	require.Len(t, prepared, 3, "the copy of evt-1 does not run")
 	require.Equal(t, prepared[0], prepared[2], "statements prepared between evt-1's handler and evt-3's")
-	require.Equal(t, 3, b.balance(t))
+	require.Equal(t, 3, b.Balance(t))
 }
 
 // Lease mode's claim of a new message and its completion go as text too: between the handlers of the first and
@@ -565,7 +565,7 @@ func TestLeaseModesClaimAndCompletionAreNotPrepared(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	db := singleConnection(t)
-	ib, err := mysqlinbox.New(db, b.options(inbox.WithLease(time.Minute))...)
+	ib, err := mysqlinbox.New(db, b.Options(inbox.WithLease(time.Minute))...)
 	require.NoError(t, err)
 	var prepared []int
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -580,7 +580,7 @@ func TestLeaseModesClaimAndCompletionAreNotPrepared(t *testing.T) {
 	require.Len(t, prepared, 3)
 	require.Equal(t, prepared[0], prepared[2], "statements prepared between evt-1's handler and evt-3's")
 	for _, id := range []string{"evt-1", "evt-2", "evt-3"} {
-		state, attempts := b.row(t, "wallet-credits", id)
+		state, attempts := b.Row(t, "wallet-credits", id)
 		require.Equal(t, "done", state, id)
 		require.Equal(t, 1, attempts, id)
 	}

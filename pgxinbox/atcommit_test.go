@@ -61,14 +61,14 @@ func TestClaimAtCommit(t *testing.T) {
 			const messages = 20
 			trips, b, h, calls := messagesOverCountedPool(t, queryExecModes[mode], messages, inbox.WithClaimAtCommit())
 			require.Equal(t, int64(2*messages), trips)
-			require.Equal(t, messages+1, b.balance(t))
-			require.Equal(t, messages+1, b.rows(t, "wallet-credits"))
+			require.Equal(t, messages+1, b.Balance(t))
+			require.Equal(t, messages+1, b.Rows(t, "wallet-credits"))
 
 			// A copy runs its handler, whose effect goes back with the failed claim, and is then skipped.
 			_, err := h(newMsg("evt-0"))
 			require.NoError(t, err)
 			require.EqualValues(t, messages+2, calls.Load(), "the copy's handler ran")
-			require.Equal(t, messages+1, b.balance(t), "and its credit was rolled back")
+			require.Equal(t, messages+1, b.Balance(t), "and its credit was rolled back")
 		})
 	}
 
@@ -77,7 +77,7 @@ func TestClaimAtCommit(t *testing.T) {
 		var trips tripCounter
 		pool := openCountingPool(t, &trips, pgx.QueryExecModeCacheStatement)
 		b := newBundleOn(t, pool)
-		ib, err := pgxinbox.New(pool, b.options(inbox.WithClaimAtCommit())...)
+		ib, err := pgxinbox.New(pool, b.Options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
 		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 		_, err = h(newMsg("warm-up"))
@@ -88,29 +88,29 @@ func TestClaimAtCommit(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.Equal(t, int64(10), trips.trips.Load(), "BEGIN, the claim and COMMIT in one")
-		require.Equal(t, 11, b.rows(t, "wallet-credits"))
+		require.Equal(t, 11, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("ACommitThatFailsAfterTheClaimIsNackedAndAppliesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		_, err := b.pool.Exec(context.Background(), `CREATE TABLE `+b.accounts+`_once (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
+		_, err := b.pool.Exec(context.Background(), `CREATE TABLE `+b.Accounts+`_once (n int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
 		require.NoError(t, err)
-		t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+b.accounts+`_once`) })
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+b.Accounts+`_once`) })
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(1, nil)(msg); err != nil {
+			if _, err := b.Credit(1, nil)(msg); err != nil {
 				return nil, err
 			}
 			tx, _ := pgxinbox.TxFromContext(msg.Context())
-			_, err := tx.Exec(msg.Context(), `INSERT INTO `+b.accounts+`_once VALUES ($1), ($1)`, 1) // checked at COMMIT
+			_, err := tx.Exec(msg.Context(), `INSERT INTO `+b.Accounts+`_once VALUES ($1), ($1)`, 1) // checked at COMMIT
 			return nil, err
 		})
 		_, err = h(newMsg("evt-1"))
 		require.ErrorContains(t, err, "commit")
-		require.Zero(t, b.balance(t))
-		require.Zero(t, b.rows(t, "wallet-credits"))
+		require.Zero(t, b.Balance(t))
+		require.Zero(t, b.Rows(t, "wallet-credits"))
 		require.Zero(t, b.pool.Stat().AcquiredConns())
 	})
 
@@ -118,11 +118,11 @@ func TestClaimAtCommit(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		obs := newFinishes()
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit(), inbox.WithObserver(obs))...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit(), inbox.WithObserver(obs))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(1, &calls)(msg); err != nil {
+			if _, err := b.Credit(1, &calls)(msg); err != nil {
 				return nil, err
 			}
 			return []*message.Message{message.NewMessage(fmt.Sprintf("out-%d", calls.Load()), []byte("credited"))}, nil
@@ -136,7 +136,7 @@ func TestClaimAtCommit(t *testing.T) {
 		require.Equal(t, first[0].UUID, again[0].UUID)
 		require.Equal(t, "credited", string(again[0].Payload))
 		require.EqualValues(t, 2, calls.Load())
-		require.Equal(t, 1, b.balance(t))
+		require.Equal(t, 1, b.Balance(t))
 
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
@@ -148,23 +148,23 @@ func TestClaimAtCommit(t *testing.T) {
 	t.Run("RacingCopiesApplyOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
 		const ids, copies = 20, 4
-		require.Empty(t, inboxtest.DeliverCopies(t, ib.Middleware(b.credit(1, nil)), inboxtest.EventIDs("evt", ids), copies))
-		require.Equal(t, ids, b.balance(t), "each ID credited once")
-		require.Equal(t, ids, b.rows(t, "wallet-credits"))
+		require.Empty(t, inboxtest.DeliverCopies(t, ib.Middleware(b.Credit(1, nil)), inboxtest.EventIDs("evt", ids), copies))
+		require.Equal(t, ids, b.Balance(t), "each ID credited once")
+		require.Equal(t, ids, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("AFailingHandlerIsNackedAndACopyOfAnAppliedMessageIsSkippedAsUsual", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
 		var fail atomic.Bool
 		var calls atomic.Int64
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(1, &calls)(msg); err != nil {
+			if _, err := b.Credit(1, &calls)(msg); err != nil {
 				return nil, err
 			}
 			if fail.Load() {
@@ -180,18 +180,18 @@ func TestClaimAtCommit(t *testing.T) {
 		require.ErrorContains(t, err, "the handler failed", "nacked")
 		_, err = h(newMsg("applied"))
 		require.NoError(t, err, "a copy is skipped, whatever its handler would now do, as without the option")
-		require.Equal(t, 1, b.balance(t))
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 1, b.Balance(t))
+		require.Equal(t, 1, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("APanickingHandlerPanicsAndACopyIsSkipped", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
 		var panics atomic.Bool
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			if _, err := b.credit(1, nil)(msg); err != nil {
+			if _, err := b.Credit(1, nil)(msg); err != nil {
 				return nil, err
 			}
 			if panics.Load() {
@@ -205,26 +205,26 @@ func TestClaimAtCommit(t *testing.T) {
 		require.PanicsWithValue(t, "the handler panicked", func() { _, _ = h(newMsg("new")) })
 		_, err = h(newMsg("applied"))
 		require.NoError(t, err)
-		require.Equal(t, 1, b.balance(t))
+		require.Equal(t, 1, b.Balance(t))
 		require.Zero(t, b.pool.Stat().AcquiredConns(), "every connection went back to the pool")
 	})
 
 	t.Run("ARowLeaseModeReleasedIsTakenOver", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		lease, err := pgxinbox.New(b.pool, b.options(inbox.WithLease(time.Minute))...)
+		lease, err := pgxinbox.New(b.pool, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
 		_, err = lease.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("call failed") })(newMsg("evt-1"))
 		require.Error(t, err)
-		state, _ := b.row(t, "wallet-credits", "evt-1")
+		state, _ := b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "released", state)
 
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit())...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit())...)
 		require.NoError(t, err)
-		_, err = ib.Middleware(b.credit(1, nil))(newMsg("evt-1"))
+		_, err = ib.Middleware(b.Credit(1, nil))(newMsg("evt-1"))
 		require.NoError(t, err)
-		require.Equal(t, 1, b.balance(t))
-		state, _ = b.row(t, "wallet-credits", "evt-1")
+		require.Equal(t, 1, b.Balance(t))
+		state, _ = b.Row(t, "wallet-credits", "evt-1")
 		require.Equal(t, "done", state)
 	})
 
@@ -232,22 +232,22 @@ func TestClaimAtCommit(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, inbox.WithIDType(inbox.IDTypeUUID))
 		dlq := &recordingPublisher{}
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithClaimAtCommit(), inbox.WithIDType(inbox.IDTypeUUID),
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithClaimAtCommit(), inbox.WithIDType(inbox.IDTypeUUID),
 			inbox.WithDeadLetter(dlq, "dead"))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
-		h := ib.Middleware(b.credit(1, &calls))
+		h := ib.Middleware(b.Credit(1, &calls))
 		_, err = h(newMsg("not-a-uuid"))
 		require.NoError(t, err, "dead-lettered, and acked")
 		require.Len(t, dlq.Messages("dead"), 1)
-		require.Zero(t, b.balance(t))
+		require.Zero(t, b.Balance(t))
 
 		const id = "0195f3a0-0000-7000-8000-000000000001"
 		calls.Store(0)
 		_, err = h(newMsg(id))
 		require.NoError(t, err)
 		require.EqualValues(t, 1, calls.Load(), "a UUID is claimed at commit, at the first try")
-		require.Equal(t, 1, b.balance(t))
+		require.Equal(t, 1, b.Balance(t))
 	})
 
 	t.Run("IsRefusedWithLeaseModeBatchModeAndOverDatabaseSQL", func(t *testing.T) {

@@ -45,9 +45,9 @@ func BenchmarkRouterBatch(b *testing.B) {
 			for _, mode := range []string{"message", "batch"} {
 				name := fmt.Sprintf("inflight=%d/work=%s/mode=%s", inFlight, sleepName(sleep), mode)
 				b.Run(name, func(b *testing.B) {
-					ib := inboxInMode(b, pool, bundle.table, mode, &runs)
+					ib := inboxInMode(b, pool, bundle.Table, mode, &runs)
 					credit := credit(update)
-					routeInFlight(b, &trips, pool, bundle.table, ib, inFlight, func(msg *message.Message) error {
+					routeInFlight(b, &trips, pool, bundle.Table, ib, inFlight, func(msg *message.Message) error {
 						if sleep > 0 {
 							time.Sleep(sleep)
 						}
@@ -98,8 +98,8 @@ func BenchmarkRouterWithoutInbox(b *testing.B) {
 						return err
 					})
 				default:
-					ib := inboxInMode(b, pool, bundle.table, mode, &runs)
-					routeInFlight(b, &trips, pool, bundle.table, ib, inFlight, credit(update))
+					ib := inboxInMode(b, pool, bundle.Table, mode, &runs)
+					routeInFlight(b, &trips, pool, bundle.Table, ib, inFlight, credit(update))
 				}
 			})
 		}
@@ -119,7 +119,7 @@ func BenchmarkRedeliveredBurst(b *testing.B) {
 	for _, mode := range []string{"message", "batch"} {
 		b.Run("inflight=64/mode="+mode, func(b *testing.B) {
 			credit := credit(update)
-			h := inboxInMode(b, pool, bundle.table, mode, &runs).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			h := inboxInMode(b, pool, bundle.Table, mode, &runs).Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				return nil, credit(msg)
 			})
 			prefix := fmt.Sprintf("burst-%d-%d-", time.Now().UnixNano(), b.N)
@@ -175,10 +175,10 @@ func credit(update string) func(msg *message.Message) error {
 func benchAccounts(b *testing.B, trips *tripCounter) (*pgxpool.Pool, *testBundle, string) {
 	pool := openCountingPoolWith(b, trips, pgx.QueryExecModeCacheStatement, nil)
 	bundle := newBundleOn(b, pool)
-	if _, err := pool.Exec(context.Background(), `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO `+bundle.Accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts); err != nil {
 		b.Fatal(err)
 	}
-	return pool, bundle, `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	return pool, bundle, `UPDATE ` + bundle.Accounts + ` SET balance = balance + 1 WHERE id = $1`
 }
 
 func sleepName(d time.Duration) string {
@@ -359,9 +359,9 @@ func BenchmarkRouterStragglers(b *testing.B) {
 	for _, every := range []int{100, 10} {
 		for _, mode := range []string{"message", "batch"} {
 			b.Run(fmt.Sprintf("every=%d/mode=%s", every, mode), func(b *testing.B) {
-				ib := inboxInMode(b, pool, bundle.table, mode, &runs)
+				ib := inboxInMode(b, pool, bundle.Table, mode, &runs)
 				credit := credit(update)
-				routeInFlight(b, &trips, pool, bundle.table, ib, 64, func(msg *message.Message) error {
+				routeInFlight(b, &trips, pool, bundle.Table, ib, 64, func(msg *message.Message) error {
 					if n, _ := strconv.Atoi(msg.Metadata.Get("n")); n%every == every-1 {
 						time.Sleep(100 * time.Millisecond)
 					}
@@ -392,12 +392,12 @@ func BenchmarkRouterBatchCost(b *testing.B) {
 	caps := []int{8, 16, 32, inbox.MaxBatchSize}
 	for _, size := range caps {
 		b.Run(fmt.Sprintf("inflight=64/work=none/size=%d", size), func(b *testing.B) {
-			ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithBatch(time.Millisecond, size),
+			ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.Table), inbox.WithBatch(time.Millisecond, size),
 				inbox.WithConsumer(fmt.Sprintf("cost-%d-%d", size, time.Now().UnixNano())))
 			if err != nil {
 				b.Fatal(err)
 			}
-			got[size] = routeInFlight(b, &trips, pool, bundle.table, ib, 64, credit(update))
+			got[size] = routeInFlight(b, &trips, pool, bundle.Table, ib, 64, credit(update))
 		})
 	}
 	for _, part := range []struct {

@@ -28,17 +28,17 @@ func TestBatch_MixedHandlersUnderLoadApplyEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	ctx := context.Background()
-	ledger := b.table + "_ledger"
+	ledger := b.Table + "_ledger"
 	_, err := b.pool.Exec(ctx, `CREATE TABLE `+ledger+` (id text NOT NULL, account int NOT NULL)`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+ledger) })
 	const accounts = 8
-	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts)
+	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.Accounts+` SELECT g, 0 FROM generate_series(2, $1::int) g`, accounts)
 	require.NoError(t, err)
 
-	ib, err := pgxinbox.New(b.pool, b.options(inbox.WithBatch(0, inbox.MaxBatchSize), inbox.WithRejectDelay(time.Millisecond))...)
+	ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithBatch(0, inbox.MaxBatchSize), inbox.WithRejectDelay(time.Millisecond))...)
 	require.NoError(t, err)
-	oneStatement := `WITH l AS (INSERT INTO ` + ledger + ` VALUES ($1, $2)) UPDATE ` + b.accounts + ` SET balance = balance + 1 WHERE id = $2`
+	oneStatement := `WITH l AS (INSERT INTO ` + ledger + ` VALUES ($1, $2)) UPDATE ` + b.Accounts + ` SET balance = balance + 1 WHERE id = $2`
 	var attempts sync.Map // id -> *atomic.Int32
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
@@ -62,7 +62,7 @@ func TestBatch_MixedHandlersUnderLoadApplyEachMessageOnce(t *testing.T) {
 		switch kind {
 		case 1, 7: // two statements: the second after the first's answer
 			var balance int64
-			if err := tx.QueryRow(ctx, `SELECT balance FROM `+b.accounts+` WHERE id = $1`, account).Scan(&balance); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT balance FROM `+b.Accounts+` WHERE id = $1`, account).Scan(&balance); err != nil {
 				return nil, err
 			}
 			if _, err := tx.Exec(ctx, oneStatement, id, account); err != nil {
@@ -152,11 +152,11 @@ func TestBatch_MixedHandlersUnderLoadApplyEachMessageOnce(t *testing.T) {
 	require.Zero(t, twice, "no message's effect landed twice")
 	require.Equal(t, ids, rows)
 	var credited int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT sum(balance) FROM `+b.accounts).Scan(&credited))
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT sum(balance) FROM `+b.Accounts).Scan(&credited))
 	require.Equal(t, ids, credited)
-	require.Equal(t, ids, b.rows(t, "wallet-credits"))
+	require.Equal(t, ids, b.Rows(t, "wallet-credits"))
 	var commits int // a batch claims its messages in one statement: their rows share xmin
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM `+b.table).Scan(&commits))
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM `+b.Table).Scan(&commits))
 	require.Less(t, commits, ids*3/4, "messages shared batches")
 	t.Logf("%d messages in %d commits", ids, commits)
 }

@@ -26,22 +26,22 @@ func TestBatch_AFailingMemberRollsBackOnlyItsOwnWork(t *testing.T) {
 			return nil
 		},
 		"StatementWithoutArguments": func(ctx context.Context, b *testBundle, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + 100 WHERE id = 1`)
+			_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + 100 WHERE id = 1`)
 			return err
 		},
 		"StatementWithArguments": func(ctx context.Context, b *testBundle, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 100)
+			_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 100)
 			return err
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := newBundle(t)
-			ib, err := pgxinbox.New(b.pool, b.options(inbox.WithBatch(50*time.Millisecond, 16), inbox.WithBatchConcurrency(1))...)
+			ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithBatch(50*time.Millisecond, 16), inbox.WithBatchConcurrency(1))...)
 			require.NoError(t, err)
 			release := make(chan struct{})
 			firstDone := make(chan struct{})
-			credit := b.credit(1, nil)
+			credit := b.Credit(1, nil)
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				ctx := msg.Context()
 				switch msg.Metadata.Get(inbox.DefaultIDMetadataKey) {
@@ -86,8 +86,8 @@ func TestBatch_AFailingMemberRollsBackOnlyItsOwnWork(t *testing.T) {
 
 			require.NoError(t, errs["first"])
 			require.ErrorContains(t, errs["second"], "fails after its first use")
-			require.Equal(t, 1, b.balance(t), "the first member's credit, and nothing of the second's")
-			require.Equal(t, 2, b.rows(t, "wallet-credits"), "the blocker's claim and the first's; the second gave its back")
+			require.Equal(t, 1, b.Balance(t), "the first member's credit, and nothing of the second's")
+			require.Equal(t, 2, b.Rows(t, "wallet-credits"), "the blocker's claim and the first's; the second gave its back")
 		})
 	}
 }

@@ -174,12 +174,12 @@ func TestBatch_CancelledMessagesOnTerminatedBackendsLeaveNoGoroutineBehind(t *te
 		cfg.ConnConfig.RuntimeParams["application_name"] = app
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
-		ib, err := pgxinbox.New(pool, b.options(inbox.WithBatch(time.Millisecond, 16), inbox.WithRejectDelay(time.Millisecond))...)
+		ib, err := pgxinbox.New(pool, b.Options(inbox.WithBatch(time.Millisecond, 16), inbox.WithRejectDelay(time.Millisecond))...)
 		if err != nil {
 			pool.Close()
 			require.NoError(t, err)
 		}
-		credit := `UPDATE ` + b.accounts + ` SET balance = balance + $1 WHERE id = 1`
+		credit := `UPDATE ` + b.Accounts + ` SET balance = balance + $1 WHERE id = 1`
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
 			tx, _ := pgxinbox.TxFromContext(ctx)

@@ -42,13 +42,13 @@ func TestDeferredExec(t *testing.T) {
 	t.Run("AHeldBackStatementRidesWithTheNextInOneRoundTrip", func(t *testing.T) {
 		t.Parallel()
 		trips, b, tx, d := begin(t)
-		_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
+		_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
 		require.NoError(t, err)
 
 		trips.reset()
 		d.DeferExec("savepoint member")
 		require.Zero(t, trips.trips.Load(), "nothing goes before the next statement")
-		_, err = tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 10)
+		_, err = tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 10)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, trips.executing(), "the savepoint and the statement, in one round trip")
 		require.EqualValues(t, 1, trips.turns[turnPipeline].Load())
@@ -59,14 +59,14 @@ func TestDeferredExec(t *testing.T) {
 		_, err = tx.Exec(ctx, "rollback to savepoint member")
 		require.NoError(t, err, "the savepoint was set before the statement")
 		var balance int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT balance FROM `+b.accounts+` WHERE id = $1`, 1).Scan(&balance))
+		require.NoError(t, tx.QueryRow(ctx, `SELECT balance FROM `+b.Accounts+` WHERE id = $1`, 1).Scan(&balance))
 		require.Equal(t, 1, balance, "the rollback undid the statement after the savepoint, and only that")
 	})
 
 	t.Run("AHeldBackStatementNoStatementFollowsIsDropped", func(t *testing.T) {
 		t.Parallel()
 		trips, b, tx, d := begin(t)
-		_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
+		_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
 		require.NoError(t, err)
 		trips.reset()
 		d.DeferExec("savepoint member")
@@ -85,11 +85,11 @@ func TestDeferredExec(t *testing.T) {
 	t.Run("AStatementWithoutArgumentsSendsItFirst", func(t *testing.T) {
 		t.Parallel()
 		trips, b, tx, d := begin(t)
-		_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
+		_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
 		require.NoError(t, err)
 		trips.reset()
 		d.DeferExec("savepoint member")
-		_, err = tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + 10 WHERE id = 1`)
+		_, err = tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + 10 WHERE id = 1`)
 		require.NoError(t, err)
 		require.EqualValues(t, 2, trips.executing(), "a statement in the simple protocol goes alone, after the savepoint")
 		ran, err := d.EndDeferred()
@@ -102,10 +102,10 @@ func TestDeferredExec(t *testing.T) {
 	t.Run("AHeldBackStatementTheServerRefusesFailsTheNextAndReportsIt", func(t *testing.T) {
 		t.Parallel()
 		_, b, tx, d := begin(t)
-		_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
+		_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 1)
 		require.NoError(t, err)
 		d.DeferExec("savepoint") // a syntax error
-		_, err = tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, 10)
+		_, err = tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 10)
 		var pgErr *pgconn.PgError
 		require.ErrorAs(t, err, &pgErr)
 		require.Equal(t, "42601", pgErr.Code)

@@ -29,7 +29,7 @@ func TestRoundTrips(t *testing.T) {
 			const messages = 20
 			trips, b, _, _ := messagesOverCountedPool(t, queryExecModes[mode], messages)
 			require.Equal(t, int64(3*messages), trips)
-			require.Equal(t, messages+1, b.balance(t))
+			require.Equal(t, messages+1, b.Balance(t))
 		})
 	}
 
@@ -309,11 +309,11 @@ func TestHandlerTx(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	ctx := context.Background()
-	items := b.table + "_items"
+	items := b.Table + "_items"
 	_, err := b.pool.Exec(ctx, `CREATE TABLE `+items+` (id int PRIMARY KEY, note text)`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE `+items) })
-	ib, err := pgxinbox.New(b.pool, b.options()...)
+	ib, err := pgxinbox.New(b.pool, b.Options()...)
 	require.NoError(t, err)
 
 	payload := []byte("a large object written in the handler's transaction")
@@ -400,12 +400,12 @@ func TestHandlerTx(t *testing.T) {
 	require.ErrorContains(t, err, "fails after all of it")
 	require.Zero(t, countItems(), "a failed handler's writes are rolled back")
 	require.False(t, largeObjectExists())
-	require.Zero(t, b.rows(t, "wallet-credits"))
+	require.Zero(t, b.Rows(t, "wallet-credits"))
 
 	_, err = ib.Middleware(everything(false))(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Equal(t, 5, countItems(), "every write but the savepoint's is committed with the claim")
-	require.Equal(t, 1, b.rows(t, "wallet-credits"))
+	require.Equal(t, 1, b.Rows(t, "wallet-credits"))
 	require.True(t, largeObjectExists())
 	_, err = kept.Exec(ctx, `SELECT 1`)
 	require.ErrorIs(t, err, pgx.ErrTxClosed, "the inbox ended the transaction")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -27,7 +28,7 @@ func (b *testBundle) creditOn(amount int, calls *atomic.Int64) func(context.Cont
 		if tx == nil {
 			panic("the function was called with a nil transaction")
 		}
-		_, err := tx.Exec(ctx, `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
+		_, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
 		return err
 	}
 }
@@ -38,7 +39,7 @@ func TestHandler(t *testing.T) {
 	t.Run("AppliesTheEffectOnceUnderTheInbox", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options()...)
+		ib, err := pgxinbox.New(b.pool, b.Options()...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		h := ib.Middleware(asHandlerFunc(pgxinbox.Handler(b.creditOn(100, &calls))))
@@ -46,15 +47,15 @@ func TestHandler(t *testing.T) {
 			_, err := h(newMsg("evt-1"))
 			require.NoError(t, err)
 		}
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 100, b.Balance(t))
 		require.EqualValues(t, 1, calls.Load())
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
+		require.Equal(t, 1, b.Rows(t, "wallet-credits"))
 	})
 
 	t.Run("InBatchModeAppliesEachEffectOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithBatch(time.Millisecond, 8))...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithBatch(time.Millisecond, 8))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		h := ib.Middleware(asHandlerFunc(pgxinbox.Handler(b.creditOn(100, &calls))))
@@ -62,14 +63,14 @@ func TestHandler(t *testing.T) {
 			_, err := h(newMsg(id))
 			require.NoError(t, err)
 		}
-		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 200, b.Balance(t))
 		require.EqualValues(t, 2, calls.Load())
 	})
 
 	t.Run("OutsideTheMiddlewareReturnsErrNoTxWithoutCallingTheFunction", func(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int64
-		b := &testBundle{accounts: "never_used"}
+		b := &testBundle{Wallet: &inboxtest.Wallet{Accounts: "never_used"}}
 		err := pgxinbox.Handler(b.creditOn(100, &calls))(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrNoTx)
 		require.ErrorContains(t, err, "outside the inbox's middleware")
@@ -79,7 +80,7 @@ func TestHandler(t *testing.T) {
 	t.Run("UnderADatabaseSQLInboxReturnsErrNoTxNamingInboxHandler", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := inbox.New(openStdlib(t, testDSN()), b.options(inbox.WithRejectDelay(time.Millisecond))...)
+		ib, err := inbox.New(openStdlib(t, testDSN()), b.Options(inbox.WithRejectDelay(time.Millisecond))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		_, err = ib.Middleware(asHandlerFunc(pgxinbox.Handler(b.creditOn(100, &calls))))(newMsg("evt-1"))
@@ -87,14 +88,14 @@ func TestHandler(t *testing.T) {
 		require.ErrorContains(t, err, "*sql.Tx, not a pgx.Tx")
 		require.ErrorContains(t, err, "inbox.Handler")
 		require.Zero(t, calls.Load())
-		require.Zero(t, b.rows(t, "wallet-credits"), "the claim is rolled back with the failed handler")
+		require.Zero(t, b.Rows(t, "wallet-credits"), "the claim is rolled back with the failed handler")
 	})
 
 	t.Run("InboxHandlerUnderAPgxInboxReturnsErrNoTxNamingPgxinboxHandler", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		const delay = 50 * time.Millisecond
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithRejectDelay(delay))...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithRejectDelay(delay))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		fn := func(context.Context, *sql.Tx, *message.Message) error { calls.Add(1); return nil }
@@ -111,7 +112,7 @@ func TestHandler(t *testing.T) {
 	t.Run("InLeaseModeReturnsErrNoTxWithoutCallingTheFunction", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithLease(time.Minute))...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithLease(time.Minute))...)
 		require.NoError(t, err)
 		var calls atomic.Int64
 		_, err = ib.Middleware(asHandlerFunc(pgxinbox.Handler(b.creditOn(100, &calls))))(newMsg("evt-1"))
@@ -124,7 +125,7 @@ func TestHandler(t *testing.T) {
 func TestProducingHandler_ADuplicateGetsTheSameProducedMessagesWithoutCallingTheFunction(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	ib, err := pgxinbox.New(b.pool, b.options()...)
+	ib, err := pgxinbox.New(b.pool, b.Options()...)
 	require.NoError(t, err)
 	var calls atomic.Int64
 	credit := b.creditOn(100, &calls)
@@ -141,6 +142,6 @@ func TestProducingHandler_ADuplicateGetsTheSameProducedMessagesWithoutCallingThe
 	require.Len(t, first, 1)
 	require.Len(t, again, 1)
 	require.Equal(t, first[0].UUID, again[0].UUID)
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 100, b.Balance(t))
 	require.EqualValues(t, 1, calls.Load())
 }

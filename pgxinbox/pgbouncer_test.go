@@ -48,7 +48,7 @@ func TestPgbouncer_WithCacheDescribeEveryEffectLandsOnce(t *testing.T) {
 			t.Run(name+"/"+mode, func(t *testing.T) {
 				t.Parallel()
 				b := newBundle(t)
-				ib, err := database.New(b.options(opts...)...)
+				ib, err := database.New(b.Options(opts...)...)
 				require.NoError(t, err)
 				calls := &inboxtest.CallCounter{}
 				ids := inboxtest.EventIDs("evt", 30)
@@ -56,9 +56,9 @@ func TestPgbouncer_WithCacheDescribeEveryEffectLandsOnce(t *testing.T) {
 				require.Empty(t, errs)
 				calls.RequireOnceEach(t, ids)
 				if mode == "transaction" {
-					require.Equal(t, len(ids), b.balance(t), "each effect on the transaction committed once")
+					require.Equal(t, len(ids), b.Balance(t), "each effect on the transaction committed once")
 				}
-				require.Equal(t, len(ids), b.rows(t, "wallet-credits"))
+				require.Equal(t, len(ids), b.Rows(t, "wallet-credits"))
 			})
 		}
 	}
@@ -73,7 +73,7 @@ func TestPgbouncer_AtPgxsDefaultsTheErrorNamesTheSetting(t *testing.T) {
 			b := newBundle(t)
 			// The schema check, too, meets the cache's statements: a failure there holds the message back for the
 			// reject delay, which this test need not wait out.
-			ib, err := database.New(b.options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(10*time.Millisecond))...)
+			ib, err := database.New(b.Options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(10*time.Millisecond))...)
 			require.NoError(t, err)
 			h := ib.Middleware(b.creditAnyTx(&inboxtest.CallCounter{}))
 			var failure error
@@ -94,12 +94,12 @@ func TestPgbouncer_AtPgxsDefaultsABatchsPipelineErrorNamesTheSetting(t *testing.
 	t.Parallel()
 	dsn := inboxtest.StartPgbouncer(t, testDSN(), "pgx")
 	b := newBundle(t)
-	ib, err := pgxinbox.New(openPoolIn(t, dsn, pgx.QueryExecModeCacheStatement), b.options(inbox.WithAutoMigrate(false),
+	ib, err := pgxinbox.New(openPoolIn(t, dsn, pgx.QueryExecModeCacheStatement), b.Options(inbox.WithAutoMigrate(false),
 		inbox.WithRejectDelay(10*time.Millisecond), inbox.WithBatch(time.Millisecond, 16))...)
 	require.NoError(t, err)
 	// The server connection the pooler hands a batch may lack the statements pgx prepared on another one for the same
 	// client connection.
-	h := ib.Middleware(b.credit(1, nil))
+	h := ib.Middleware(b.Credit(1, nil))
 	const pipelineFailed = "pipeline the statements of"
 	var mu sync.Mutex
 	var failures []string
@@ -132,11 +132,11 @@ func (b *testBundle) creditAnyTx(calls *inboxtest.CallCounter) message.HandlerFu
 		calls.Call(msg.Metadata.Get("event_id"))
 		const credit = `UPDATE %s SET balance = balance + 1 WHERE id = 1`
 		if tx, ok := pgxinbox.TxFromContext(ctx); ok {
-			_, err := tx.Exec(ctx, fmt.Sprintf(credit, b.accounts))
+			_, err := tx.Exec(ctx, fmt.Sprintf(credit, b.Accounts))
 			return nil, err
 		}
 		if tx, ok := inbox.TxFromContext(ctx); ok {
-			_, err := tx.ExecContext(ctx, fmt.Sprintf(credit, b.accounts))
+			_, err := tx.ExecContext(ctx, fmt.Sprintf(credit, b.Accounts))
 			return nil, err
 		}
 		return nil, nil

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -25,17 +24,17 @@ func TestTransactionMode(t *testing.T) {
 	t.Run("StoresUUIDEventIDsInAUUIDColumn", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, inbox.WithIDType(inbox.IDTypeUUID))
-		ib, err := pgxinbox.New(b.pool, b.options()...)
+		ib, err := pgxinbox.New(b.pool, b.Options()...)
 		require.NoError(t, err)
 		id := uuid.NewString()
-		h := ib.Middleware(b.credit(100, nil))
+		h := ib.Middleware(b.Credit(100, nil))
 
 		_, err = h(newMsg(id))
 		require.NoError(t, err)
 		_, err = h(newMsg(id))
 		require.NoError(t, err)
-		require.Equal(t, 100, b.balance(t))
-		state, _ := b.row(t, "wallet-credits", id)
+		require.Equal(t, 100, b.Balance(t))
+		state, _ := b.Row(t, "wallet-credits", id)
 		require.Equal(t, "done", state)
 	})
 
@@ -45,21 +44,21 @@ func TestTransactionMode(t *testing.T) {
 		conn, err := b.pool.Acquire(context.Background())
 		require.NoError(t, err)
 		t.Cleanup(conn.Release)
-		ib, err := pgxinbox.New(conn.Conn(), b.options()...)
+		ib, err := pgxinbox.New(conn.Conn(), b.Options()...)
 		require.NoError(t, err)
-		h := ib.Middleware(b.credit(100, nil))
+		h := ib.Middleware(b.Credit(100, nil))
 		for _, id := range []string{"evt-1", "evt-2", "evt-1"} {
 			_, err := h(newMsg(id))
 			require.NoError(t, err)
 		}
-		require.Equal(t, 200, b.balance(t))
+		require.Equal(t, 200, b.Balance(t))
 	})
 }
 
 func TestLeaseMode_ClaimsReleasesOnFailureAndCompletesTheNextAttempt(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	ib, err := pgxinbox.New(b.pool, b.options(inbox.WithLease(10*time.Second), inbox.WithMaxAttempts(3))...)
+	ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithLease(10*time.Second), inbox.WithMaxAttempts(3))...)
 	require.NoError(t, err)
 	var keys []string
 	var attempts []int
@@ -83,14 +82,14 @@ func TestLeaseMode_ClaimsReleasesOnFailureAndCompletesTheNextAttempt(t *testing.
 
 	_, err = h(newMsg("evt-1"))
 	require.ErrorContains(t, err, "provider unavailable")
-	state, n := b.row(t, "wallet-credits", "evt-1")
+	state, n := b.Row(t, "wallet-credits", "evt-1")
 	require.Equal(t, "released", state)
 	require.Equal(t, 1, n)
 
 	produced, err := h(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Len(t, produced, 1)
-	state, n = b.row(t, "wallet-credits", "evt-1")
+	state, n = b.Row(t, "wallet-credits", "evt-1")
 	require.Equal(t, "done", state)
 	require.Equal(t, 2, n)
 
@@ -109,26 +108,18 @@ func TestMigrate(t *testing.T) {
 
 	t.Run("TheFirstMessageCreatesTheTables", func(t *testing.T) {
 		t.Parallel()
-		b := &testBundle{pool: openPool(t, testDSN()), table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
-		b.accounts = b.table + "_accounts"
-		t.Cleanup(func() { b.drop(t) })
-		_, err := b.pool.Exec(context.Background(), `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL);
-			INSERT INTO `+b.accounts+` VALUES (1, 0)`)
+		b := newEmptyBundle(t)
+		h := pgxinbox.Middleware(b.pool, b.Options()...)(b.Credit(100, nil))
+		_, err := h(newMsg("evt-1"))
 		require.NoError(t, err)
-
-		h := pgxinbox.Middleware(b.pool, b.options()...)(b.credit(100, nil))
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, 1, b.rows(t, "wallet-credits"))
-		require.Equal(t, 100, b.balance(t))
+		require.Equal(t, 1, b.Rows(t, "wallet-credits"))
+		require.Equal(t, 100, b.Balance(t))
 	})
 
 	t.Run("WithoutAutoMigrateAMissingTableHoldsTheMessageBack", func(t *testing.T) {
 		t.Parallel()
-		b := &testBundle{pool: openPool(t, testDSN()), table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
-		b.accounts = b.table + "_accounts"
-		t.Cleanup(func() { b.drop(t) })
-		h := pgxinbox.Middleware(b.pool, b.options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(time.Millisecond))...)(b.credit(100, nil))
+		b := newEmptyBundle(t)
+		h := pgxinbox.Middleware(b.pool, b.Options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(time.Millisecond))...)(b.Credit(100, nil))
 		_, err := h(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 	})

@@ -172,7 +172,7 @@ func newPipelineBundle(t *testing.T, mode pgx.QueryExecMode) *pipelineBundle {
 // inbox is an inbox over the bundle that batches exactly n messages.
 func (b *pipelineBundle) inbox(t *testing.T, n int) *inbox.Inbox {
 	t.Helper()
-	ib, err := pgxinbox.New(b.pool, b.options(inbox.WithBatch(time.Minute, n), inbox.WithBatchConcurrency(1))...)
+	ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithBatch(time.Minute, n), inbox.WithBatchConcurrency(1))...)
 	require.NoError(t, err)
 	return ib
 }
@@ -235,13 +235,13 @@ func TestBatchPipeline(t *testing.T) {
 		// then in flight, and a share of a round left over would wait out the minute's batch wait (see oneBatch).
 		// Its first message, alone, checks the schema, uncounted.
 		roundInbox := func(round int) *inbox.Inbox {
-			ib, err := pgxinbox.New(pool, b.options(inbox.WithBatch(time.Minute, inbox.MaxBatchSize), inbox.WithBatchConcurrency(1))...)
+			ib, err := pgxinbox.New(pool, b.Options(inbox.WithBatch(time.Minute, inbox.MaxBatchSize), inbox.WithBatchConcurrency(1))...)
 			require.NoError(t, err)
-			_, err = ib.Middleware(b.credit(1, nil))(newMsg(fmt.Sprintf("warm-%d", round)))
+			_, err = ib.Middleware(b.Credit(1, nil))(newMsg(fmt.Sprintf("warm-%d", round)))
 			require.NoError(t, err)
 			return ib
 		}
-		for _, err := range oneBatch(t, roundInbox(0), batch(0), b.credit(1, nil)) { // the statements' first preparation
+		for _, err := range oneBatch(t, roundInbox(0), batch(0), b.Credit(1, nil)) { // the statements' first preparation
 			require.NoError(t, err)
 		}
 
@@ -250,7 +250,7 @@ func TestBatchPipeline(t *testing.T) {
 		for round := 1; round <= rounds; round++ {
 			ib := roundInbox(round)
 			trips.reset()
-			for id, err := range oneBatch(t, ib, batch(round), b.credit(1, nil)) {
+			for id, err := range oneBatch(t, ib, batch(round), b.Credit(1, nil)) {
 				require.NoError(t, err, id)
 			}
 			counted += trips.trips.Load()
@@ -259,7 +259,7 @@ func TestBatchPipeline(t *testing.T) {
 		perMessage := float64(counted) / float64(messages)
 		t.Logf("%d round trips for %d messages: %.3f a message", counted, messages, perMessage)
 		require.Less(t, perMessage, 0.5, "one member after another, each costs a round trip")
-		require.Equal(t, (rounds+1)*(inbox.MaxBatchSize+1), b.balance(t), "each round's members and warm-up message")
+		require.Equal(t, (rounds+1)*(inbox.MaxBatchSize+1), b.Balance(t), "each round's members and warm-up message")
 	})
 
 	// Members that start their handlers while an earlier batch has the turn wait for it, and all wake when it
@@ -302,7 +302,7 @@ func TestBatchPipeline(t *testing.T) {
 	t.Run("TheFirstPipelineWaitsForLateMembersNoLongerThanTheBatchWait", func(t *testing.T) {
 		t.Parallel()
 		b := newPipelineBundle(t, pgx.QueryExecModeCacheStatement)
-		ib, err := pgxinbox.New(b.pool, b.options(inbox.WithBatch(300*time.Millisecond, 8), inbox.WithBatchConcurrency(1))...)
+		ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithBatch(300*time.Millisecond, 8), inbox.WithBatchConcurrency(1))...)
 		require.NoError(t, err)
 		ids := batchIDsOf("bounded", 8)
 		late, others := ids[0], ids[1:]
@@ -332,7 +332,7 @@ func TestBatchPipeline(t *testing.T) {
 			require.NoError(t, errs[id], id)
 		}
 		require.Equal(t, without(ids, head), b.ledgerIDs(t), "each other member's row once, and none of the failed one's")
-		require.Equal(t, len(ids), b.rows(t, "wallet-credits"), "the blocker's claim and the others'; the failed member gave its back")
+		require.Equal(t, len(ids), b.Rows(t, "wallet-credits"), "the blocker's claim and the others'; the failed member gave its back")
 	})
 
 	// The head waits until every member behind it ran its statement, then counts the ledger's rows in a second
@@ -349,7 +349,7 @@ func TestBatchPipeline(t *testing.T) {
 			require.NoError(t, errs[id], id)
 		}
 		require.Equal(t, ids, b.ledgerIDs(t), "every member's row once")
-		require.Equal(t, len(ids)+1, b.rows(t, "wallet-credits"), "the blocker's claim and every member's")
+		require.Equal(t, len(ids)+1, b.Rows(t, "wallet-credits"), "the blocker's claim and every member's")
 	})
 
 	// Every member runs two statements: each head's second one would roll back the members behind it, and they

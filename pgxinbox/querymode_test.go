@@ -44,20 +44,14 @@ func TestEveryQueryExecModeRunsEveryStatementOfTheInbox(t *testing.T) {
 func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{table: inboxtest.UniqueName("inbox_pgx"), logs: &recordingLogger{}}
-	b.pool = openPool(t, testDSN()) // the test's own reads and writes, in pgx's default mode
-	b.accounts = b.table + "_accounts"
-	t.Cleanup(func() { b.drop(t) })
-	_, err := b.pool.Exec(ctx, `CREATE TABLE `+b.accounts+` (id int PRIMARY KEY, balance bigint NOT NULL);
-		INSERT INTO `+b.accounts+` VALUES (1, 0)`)
-	require.NoError(t, err)
+	b := newEmptyBundle(t) // the test's own reads and writes, in pgx's default mode
 	db := pgxinbox.Database(pool)
 
 	// Transaction mode, creating the tables on its first message, and a duplicate replaying produced messages.
-	ib, err := db.New(b.options()...)
+	ib, err := db.New(b.Options()...)
 	require.NoError(t, err)
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		if _, err := b.credit(100, nil)(msg); err != nil {
+		if _, err := b.Credit(100, nil)(msg); err != nil {
 			return nil, err
 		}
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte(`{"credited":100}`))}, nil
@@ -68,10 +62,10 @@ func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	require.NoError(t, err)
 	require.Len(t, again, 1)
 	require.Equal(t, inbox.ProducedMessageUUID("wallet-credits", "evt-1", 0), again[0].UUID)
-	require.Equal(t, 100, b.balance(t))
+	require.Equal(t, 100, b.Balance(t))
 
 	// Lease mode: a failed attempt released, the next one done with its produced message, a duplicate.
-	leased, err := db.New(b.options(inbox.WithConsumer("payments"), inbox.WithLease(10*time.Second))...)
+	leased, err := db.New(b.Options(inbox.WithConsumer("payments"), inbox.WithLease(10*time.Second))...)
 	require.NoError(t, err)
 	lh := leased.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		l, _ := inbox.LeaseFromContext(msg.Context())
@@ -90,22 +84,22 @@ func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	again, err = lh(newMsg("pay-1"))
 	require.NoError(t, err)
 	require.Len(t, again, 1)
-	state, attempts := b.row(t, "payments", "pay-1")
+	state, attempts := b.Row(t, "payments", "pay-1")
 	require.Equal(t, "done", state)
 	require.Equal(t, 2, attempts)
 
 	// A message without an event ID, dead-lettered.
 	dlq := &recordingPublisher{}
-	parking, err := db.New(b.options(inbox.WithDeadLetter(dlq, "dlq"))...)
+	parking, err := db.New(b.Options(inbox.WithDeadLetter(dlq, "dlq"))...)
 	require.NoError(t, err)
-	_, err = parking.Middleware(b.credit(100, nil))(newMsg(""))
+	_, err = parking.Middleware(b.Credit(100, nil))(newMsg(""))
 	require.NoError(t, err)
 	require.Len(t, dlq.Messages("dlq"), 1)
 
 	// A table of uuid event IDs.
-	uuidTable := inbox.WithTable(b.table + "_u")
+	uuidTable := inbox.WithTable(b.Table + "_u")
 	t.Cleanup(func() {
-		for _, q := range inboxtest.PostgreSQL.DropInbox(b.table + "_u") {
+		for _, q := range inboxtest.PostgreSQL.DropInbox(b.Table + "_u") {
 			_, _ = b.pool.Exec(ctx, q)
 		}
 	})
@@ -114,28 +108,28 @@ func exerciseEveryStatement(t *testing.T, pool pgxinbox.Beginner) {
 	require.NoError(t, err)
 	id := uuid.NewString()
 	for range 2 {
-		_, err = byUUID.Middleware(b.credit(100, nil))(newMsg(id))
+		_, err = byUUID.Middleware(b.Credit(100, nil))(newMsg(id))
 		require.NoError(t, err)
 	}
-	require.Equal(t, 200, b.balance(t))
+	require.Equal(t, 200, b.Balance(t))
 	_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: id}, uuidTable)
 	require.NoError(t, err)
 
 	// The operations.
-	_, err = b.pool.Exec(ctx, `UPDATE `+b.table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(40*24*time.Hour)+`
-		WHERE consumer_id = (SELECT id FROM `+b.table+`_consumers WHERE name = 'payments')`)
+	_, err = b.pool.Exec(ctx, `UPDATE `+b.Table+` SET processed_at = `+inboxtest.PostgreSQL.ProcessedAgo(40*24*time.Hour)+`
+		WHERE consumer_id = (SELECT id FROM `+b.Table+`_consumers WHERE name = 'payments')`)
 	require.NoError(t, err)
-	ms, err := db.Remembers(ctx, inbox.WithTable(b.table))
+	ms, err := db.Remembers(ctx, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Len(t, ms, 2)
-	st, err := db.ReadStats(ctx, inbox.WithTable(b.table))
+	st, err := db.ReadStats(ctx, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.Len(t, st.Consumers, 2)
-	res, err := db.Cleanup(ctx, inbox.CleanupParams{Retention: 30 * 24 * time.Hour}, inbox.WithTable(b.table))
+	res, err := db.Cleanup(ctx, inbox.CleanupParams{Retention: 30 * 24 * time.Hour}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.Deleted)
-	row, err := db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1", Force: true}, inbox.WithTable(b.table))
+	row, err := db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1", Force: true}, inbox.WithTable(b.Table))
 	require.NoError(t, err)
 	require.True(t, row.HadProduced)
-	require.Equal(t, 0, b.rows(t, "wallet-credits"))
+	require.Equal(t, 0, b.Rows(t, "wallet-credits"))
 }

@@ -184,10 +184,10 @@ func messagesOverCountedPool(t *testing.T, mode pgx.QueryExecMode, n int, opts .
 	var trips tripCounter
 	pool := openCountingPool(t, &trips, mode)
 	b := newBundleOn(t, pool)
-	ib, err := pgxinbox.New(pool, b.options(opts...)...)
+	ib, err := pgxinbox.New(pool, b.Options(opts...)...)
 	require.NoError(t, err)
 	calls := &atomic.Int64{}
-	h := ib.Middleware(b.credit(1, calls))
+	h := ib.Middleware(b.Credit(1, calls))
 	_, err = h(newMsg("warm-up"))
 	require.NoError(t, err)
 	trips.reset()
@@ -207,10 +207,10 @@ func TestRoundTrips_CopiesThatMeetInABatchCostItsClaimAReadAndARollback(t *testi
 	pool := openCountingPool(t, &trips, pgx.QueryExecModeCacheStatement)
 	b := newBundleOn(t, pool)
 	const n = 16
-	ib, err := pgxinbox.New(pool, b.options(inbox.WithBatch(time.Minute, n), inbox.WithBatchConcurrency(1))...)
+	ib, err := pgxinbox.New(pool, b.Options(inbox.WithBatch(time.Minute, n), inbox.WithBatchConcurrency(1))...)
 	require.NoError(t, err)
 	var calls atomic.Int64
-	credit := b.credit(1, &calls)
+	credit := b.Credit(1, &calls)
 	gate, release := inboxtest.Gate(t)
 	blocking := make(chan struct{})
 	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {

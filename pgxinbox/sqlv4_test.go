@@ -132,7 +132,7 @@ func (b *testBundle) creditV4(amount int, calls *atomic.Int64) message.NoPublish
 		if calls != nil {
 			calls.Add(1)
 		}
-		return execNative(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
+		return execNative(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, amount)
 	}
 }
 
@@ -148,7 +148,7 @@ func TestSQLv4Join(t *testing.T) {
 				topic := newV4Topic(t, b)
 				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 				require.NoError(t, err)
-				ib, err := a.database(b).New(b.options()...)
+				ib, err := a.database(b).New(b.Options()...)
 				require.NoError(t, err)
 				router.AddMiddleware(ib.Middleware)
 				var calls, sameTx atomic.Int64
@@ -162,11 +162,11 @@ func TestSQLv4Join(t *testing.T) {
 				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2"))
-				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 2 && b.logs.Count("skipped duplicate") == 1 },
+				require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 2 && b.Logs.Count("skipped duplicate") == 1 },
 					10*time.Second, 20*time.Millisecond)
 				require.EqualValues(t, 2, calls.Load())
 				require.EqualValues(t, 2, sameTx.Load(), "the handler must see the subscriber's transaction, not a second one")
-				require.Equal(t, 200, b.balance(t))
+				require.Equal(t, 200, b.Balance(t))
 			})
 
 			t.Run("ANackLeavesNoWritesBehind", func(t *testing.T) {
@@ -175,7 +175,7 @@ func TestSQLv4Join(t *testing.T) {
 				topic := newV4Topic(t, b)
 				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 				require.NoError(t, err)
-				ib, err := a.database(b).New(b.options()...)
+				ib, err := a.database(b).New(b.Options()...)
 				require.NoError(t, err)
 				router.AddMiddleware(ib.Middleware)
 				var calls atomic.Int64
@@ -195,9 +195,9 @@ func TestSQLv4Join(t *testing.T) {
 				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"))
-				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+				require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 				require.EqualValues(t, 3, calls.Load())
-				require.Equal(t, 100, b.balance(t), "only the attempt that succeeded may leave its write")
+				require.Equal(t, 100, b.Balance(t), "only the attempt that succeeded may leave its write")
 			})
 
 			if !a.givesUpSafely {
@@ -210,7 +210,7 @@ func TestSQLv4Join(t *testing.T) {
 				topic := newV4Topic(t, b)
 				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 				require.NoError(t, err)
-				ib, err := a.database(b).New(b.options()...)
+				ib, err := a.database(b).New(b.Options()...)
 				require.NoError(t, err)
 				router.AddMiddleware(ib.Middleware)
 				// The subscriber commits its transaction when its ack deadline passes, handler running or not, and
@@ -232,8 +232,8 @@ func TestSQLv4Join(t *testing.T) {
 				t.Cleanup(func() { close(release) })
 
 				publishV4(t, b, topic, newMsg("evt-1"))
-				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
-				require.Equal(t, 100, b.balance(t), "the half-run handler's write was refused; the redelivery applied once")
+				require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+				require.Equal(t, 100, b.Balance(t), "the half-run handler's write was refused; the redelivery applied once")
 				require.EqualValues(t, 2, calls.Load())
 				require.Equal(t, 1, subLogs.Count("could not commit tx for querying message"),
 					"the subscriber tried to commit the half-run transaction, and the inbox's guard refused it")
@@ -243,7 +243,7 @@ func TestSQLv4Join(t *testing.T) {
 				t.Parallel()
 				b := v4Bundle(t)
 				topic := newV4Topic(t, b)
-				ib, err := a.database(b).New(b.options()...)
+				ib, err := a.database(b).New(b.Options()...)
 				require.NoError(t, err)
 
 				first, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
@@ -274,8 +274,8 @@ func TestSQLv4Join(t *testing.T) {
 				release()
 				require.NoError(t, <-closed)
 				require.NoError(t, <-done)
-				require.Equal(t, 0, b.balance(t), "the half-run handler's write must not be committed")
-				require.Equal(t, 0, b.rows(t, "wallet-credits"))
+				require.Equal(t, 0, b.Balance(t), "the half-run handler's write must not be committed")
+				require.Equal(t, 0, b.Rows(t, "wallet-credits"))
 
 				// The next process gets the message again and applies it, once.
 				second, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -283,8 +283,8 @@ func TestSQLv4Join(t *testing.T) {
 				second.AddMiddleware(ib.Middleware)
 				second.AddConsumerHandler("wallet-credits", topic, newV4Subscriber(t, a, b, "wallet"), b.creditV4(100, nil))
 				inboxtest.RunRouter(t, second)
-				require.Eventually(t, func() bool { return b.rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
-				require.Equal(t, 100, b.balance(t))
+				require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
+				require.Equal(t, 100, b.Balance(t))
 			})
 		})
 	}
@@ -296,7 +296,7 @@ func subscriberTxEnded(t *testing.T, b *testBundle) bool {
 	t.Helper()
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND mode = 'RowExclusiveLock'`, b.accounts).Scan(&n))
+		`SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND mode = 'RowExclusiveLock'`, b.Accounts).Scan(&n))
 	return n == 0
 }
 
@@ -317,7 +317,7 @@ func TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack(t *testing.T) {
 			if name == "Pgx" {
 				unjoined = inbox.On(pgxinbox.Pool(b.pool))
 			}
-			ib, err := unjoined.New(b.options(inbox.WithRejectDelay(10 * time.Millisecond))...)
+			ib, err := unjoined.New(b.Options(inbox.WithRejectDelay(10 * time.Millisecond))...)
 			require.NoError(t, err)
 			router.AddMiddleware(ib.Middleware)
 			var calls atomic.Int64
@@ -325,10 +325,10 @@ func TestSQLv4_WithoutTheJoinerTheMessageIsHeldBack(t *testing.T) {
 			inboxtest.RunRouter(t, router)
 
 			publishV4(t, b, topic, newMsg("evt-1"))
-			require.Eventually(t, func() bool { return b.logs.Count("cannot apply messages") >= 2 }, 30*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return b.Logs.Count("cannot apply messages") >= 2 }, 30*time.Second, 10*time.Millisecond)
 			require.Zero(t, calls.Load(), "the handler must not run outside the transaction the message carries")
-			require.Zero(t, b.rows(t, "wallet-credits"))
-			require.Zero(t, b.balance(t))
+			require.Zero(t, b.Rows(t, "wallet-credits"))
+			require.Zero(t, b.Balance(t))
 		})
 	}
 }
@@ -356,7 +356,7 @@ func TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack(t *testing.T) {
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
 			nacks := &inboxtest.NackRecorder{}
-			ib, err := c.database(b).New(b.options(inbox.WithRejectDelay(10*time.Millisecond), inbox.WithObserver(nacks))...)
+			ib, err := c.database(b).New(b.Options(inbox.WithRejectDelay(10*time.Millisecond), inbox.WithObserver(nacks))...)
 			require.NoError(t, err)
 			router.AddMiddleware(ib.Middleware)
 			var calls atomic.Int64
@@ -373,8 +373,8 @@ func TestSQLv4_ATransactionTheHandlerCannotReachIsHeldBack(t *testing.T) {
 				require.Contains(t, e.Err.Error(), names)
 			}
 			require.Zero(t, calls.Load(), "the handler must not run without a transaction it can reach")
-			require.Zero(t, b.rows(t, "wallet-credits"))
-			require.Zero(t, b.balance(t))
+			require.Zero(t, b.Rows(t, "wallet-credits"))
+			require.Zero(t, b.Balance(t))
 		})
 	}
 }

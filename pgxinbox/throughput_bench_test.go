@@ -64,7 +64,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	lastAccount.Store(1) // the bundle's own
 	freshAccounts := func(b *testing.B, n int) []int {
 		first := int(lastAccount.Add(int64(n))) - n + 1
-		if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.accounts+` SELECT g, 0 FROM generate_series($1::int, $2::int) g`, first, first+n-1); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+bundle.Accounts+` SELECT g, 0 FROM generate_series($1::int, $2::int) g`, first, first+n-1); err != nil {
 			b.Fatal(err)
 		}
 		ids := make([]int, n)
@@ -73,30 +73,30 @@ func benchThroughput(b *testing.B, params map[string]string) {
 		}
 		return ids
 	}
-	update := `UPDATE ` + bundle.accounts + ` SET balance = balance + 1 WHERE id = $1`
+	update := `UPDATE ` + bundle.Accounts + ` SET balance = balance + 1 WHERE id = $1`
 	// The dialect's claim, spelled out: the ceiling sends what the inbox sends, with the consumer's id registered
 	// once beforehand, as an Inbox does.
-	claim := `INSERT INTO ` + bundle.table + ` (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
+	claim := `INSERT INTO ` + bundle.Table + ` (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
 			ON CONFLICT (message_id, consumer_id) DO NOTHING
 			RETURNING true`
 	var ceilingID int
-	if err := pool.QueryRow(ctx, `INSERT INTO `+bundle.table+`_consumers (name) VALUES ('bench-ceiling')
+	if err := pool.QueryRow(ctx, `INSERT INTO `+bundle.Table+`_consumers (name) VALUES ('bench-ceiling')
 			ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`).Scan(&ceilingID); err != nil {
 		b.Fatal(err)
 	}
 
-	ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware"))
+	ib, err := pgxinbox.New(pool, inbox.WithTable(bundle.Table), inbox.WithConsumer("bench-middleware"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	// The same inbox over a Beginner that is not a pool: its transactions begin with pgx's own BeginTx, BEGIN a
 	// round trip of its own.
-	beginTx, err := pgxinbox.New(beginTxOnly{pool}, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware-begintx"))
+	beginTx, err := pgxinbox.New(beginTxOnly{pool}, inbox.WithTable(bundle.Table), inbox.WithConsumer("bench-middleware-begintx"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	// The same inbox with the claim sent with COMMIT (WithClaimAtCommit).
-	atCommit, err := pgxinbox.New(pool, inbox.WithTable(bundle.table), inbox.WithConsumer("bench-middleware-atcommit"),
+	atCommit, err := pgxinbox.New(pool, inbox.WithTable(bundle.Table), inbox.WithConsumer("bench-middleware-atcommit"),
 		inbox.WithClaimAtCommit())
 	if err != nil {
 		b.Fatal(err)

@@ -69,7 +69,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 					txIDs = append(txIDs, id)
 					n := len(txIDs)
 					mu.Unlock()
-					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
+					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
 						return err
 					}
 					if n == 1 {
@@ -80,12 +80,12 @@ func TestSQLv4Subscriber(t *testing.T) {
 				inboxtest.RunRouter(t, router)
 
 				publishV4(t, b, topic, newMsg("evt-1"))
-				require.Eventually(t, func() bool { return b.balance(t) > 0 }, 10*time.Second, 20*time.Millisecond)
+				require.Eventually(t, func() bool { return b.Balance(t) > 0 }, 10*time.Second, 20*time.Millisecond)
 				mu.Lock()
 				defer mu.Unlock()
 				require.Len(t, txIDs, 2)
 				require.Equal(t, txIDs[0], txIDs[1], "the redelivery runs in the transaction the nacked attempt wrote in")
-				require.Equal(t, 200, b.balance(t), "the nacked attempt's write commits with the redelivery's")
+				require.Equal(t, 200, b.Balance(t), "the nacked attempt's write commits with the redelivery's")
 			})
 
 			if !a.givesUpSafely {
@@ -101,7 +101,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 				started, release := make(chan struct{}), make(chan struct{})
 				sub := newV4Subscriber(t, a, b, "wallet")
 				router.AddConsumerHandler("wallet-credits", topic, sub, func(msg *message.Message) error {
-					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
+					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
 						return err
 					}
 					close(started)
@@ -113,7 +113,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 				publishV4(t, b, topic, newMsg("evt-1"))
 				<-started
 				require.NoError(t, sub.Close())
-				require.Equal(t, 100, b.balance(t), "the subscriber committed the write of a handler that is still running")
+				require.Equal(t, 100, b.Balance(t), "the subscriber committed the write of a handler that is still running")
 			})
 
 			t.Run("CommitsAHalfRunHandlersWritesAtTheAckDeadlineAndRedelivers", func(t *testing.T) {
@@ -126,7 +126,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 				var calls atomic.Int64
 				gate, release := inboxtest.Gate(t)
 				router.AddConsumerHandler("wallet-credits", topic, newV4SubscriberWith(t, a, b, "wallet", &deadline, nil), func(msg *message.Message) error {
-					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
+					if err := execSubscriberTx(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 100 WHERE id = 1`); err != nil {
 						return err
 					}
 					if calls.Add(1) == 1 {
@@ -141,7 +141,7 @@ func TestSQLv4Subscriber(t *testing.T) {
 				require.Eventually(t, func() bool { return calls.Load() == 2 }, 10*time.Second, 20*time.Millisecond,
 					"the message is delivered again while the first run is still going")
 				release()
-				require.Eventually(t, func() bool { return b.balance(t) == 200 }, 10*time.Second, 20*time.Millisecond,
+				require.Eventually(t, func() bool { return b.Balance(t) == 200 }, 10*time.Second, 20*time.Millisecond,
 					"the first, unfinished run's write was committed, and the second run's too")
 			})
 		})
