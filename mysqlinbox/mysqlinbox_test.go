@@ -3,7 +3,6 @@ package mysqlinbox_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -99,177 +98,6 @@ func TestTransactionMode(t *testing.T) {
 		_, err = ib.Middleware(b.Credit(1, nil))(newMsg(id))
 		require.NoError(t, err)
 		require.Equal(t, 1, b.Rows(t, consumer))
-	})
-}
-
-func TestLeaseMode(t *testing.T) {
-	t.Parallel()
-
-	t.Run("ClaimsRunsAndMarksDoneThenSkipsTheDuplicate", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			calls.Add(1)
-			l, ok := inbox.LeaseFromContext(msg.Context())
-			require.True(t, ok)
-			require.Equal(t, 1, l.Attempt())
-			require.Empty(t, l.PreviousError())
-			require.NoError(t, l.Extend(msg.Context(), 2*time.Minute), "the holder extends its own lease")
-			return []*message.Message{message.NewMessage("out-1", []byte("receipt"))}, nil
-		})
-
-		first, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-		again, err := h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		require.EqualValues(t, 1, calls.Load())
-		state, attempts := b.Row(t, "wallet-credits", "evt-1")
-		require.Equal(t, "done", state)
-		require.Equal(t, 1, attempts)
-		require.Len(t, again, 1)
-		require.Equal(t, first[0].UUID, again[0].UUID, "the duplicate replays what the first run produced")
-	})
-
-	t.Run("AFailedAttemptReleasesTheLeaseAndTheNextCopyRunsAgain", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
-		require.NoError(t, err)
-		var seen []string
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			l, _ := inbox.LeaseFromContext(msg.Context())
-			seen = append(seen, fmt.Sprintf("%d:%s", l.Attempt(), l.PreviousError()))
-			if l.Attempt() == 1 {
-				return nil, errors.New("provider timed out")
-			}
-			return nil, nil
-		})
-
-		_, err = h(newMsg("evt-1"))
-		require.ErrorContains(t, err, "provider timed out")
-		state, attempts := b.Row(t, "wallet-credits", "evt-1")
-		require.Equal(t, "released", state)
-		require.Equal(t, 1, attempts)
-
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, []string{"1:", "2:provider timed out"}, seen)
-		state, _ = b.Row(t, "wallet-credits", "evt-1")
-		require.Equal(t, "done", state)
-	})
-
-	t.Run("AnExpiredLeaseIsTakenOverAndALiveOneIsWaitedFor", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
-		require.NoError(t, err)
-		_, err = b.db.Exec(`INSERT INTO `+b.Table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
-			VALUES ('wallet-credits', 'live', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6)),
-			       ('wallet-credits', 'dead', 'processing', 1, ?, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, UTC_TIMESTAMP(6))`,
-			watermill.NewUUID(), watermill.NewUUID())
-		require.NoError(t, err)
-		var previous string
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			l, _ := inbox.LeaseFromContext(msg.Context())
-			previous = fmt.Sprintf("%d:%s", l.Attempt(), l.PreviousError())
-			return nil, nil
-		})
-
-		_, err = h(newMsg("live"))
-		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
-		_, err = h(newMsg("dead"))
-		require.NoError(t, err)
-		require.Equal(t, "2:lease of attempt 1 expired", previous)
-		require.Equal(t, 1, b.Logs.Count("Inbox took over an expired lease"))
-		state, _ := b.Row(t, "wallet-credits", "live")
-		require.Equal(t, "processing", state, "a live lease is left to its holder")
-	})
-
-	t.Run("AHolderWhoseLeaseWasTakenOverLearnsItLostIt", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
-		require.NoError(t, err)
-		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			// Another consumer takes the row over while this holder is still running.
-			_, err := b.db.Exec(`UPDATE `+b.Table+` SET lease_token = ?, attempts = attempts + 1 WHERE message_id = 'evt-1'`, watermill.NewUUID())
-			require.NoError(t, err)
-			l, _ := inbox.LeaseFromContext(msg.Context())
-			require.ErrorIs(t, l.Extend(msg.Context(), time.Minute), inbox.ErrLeaseLost)
-			return nil, nil
-		})
-
-		_, err = h(newMsg("evt-1"))
-		require.ErrorIs(t, err, inbox.ErrLeaseLost, "completing a lost lease fails instead of overwriting the new holder's row")
-		state, attempts := b.Row(t, "wallet-credits", "evt-1")
-		require.Equal(t, "processing", state)
-		require.Equal(t, 2, attempts)
-	})
-
-	t.Run("TheLastFailedAttemptIsDeadLetteredAndLaterCopiesAreAcked", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		dlq := &recordingPublisher{}
-		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute), inbox.WithMaxAttempts(2), inbox.WithDeadLetter(dlq, "dead"))...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-			calls.Add(1)
-			return nil, errors.New("card declined")
-		})
-
-		_, err = h(newMsg("evt-1"))
-		require.Error(t, err)
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err, "dead-lettered, then acked")
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-
-		require.EqualValues(t, 2, calls.Load())
-		dead := dlq.Messages("dead")
-		require.Len(t, dead, 1)
-		require.Equal(t, "2", dead[0].Metadata.Get(inbox.AttemptsKey))
-		state, attempts := b.Row(t, "wallet-credits", "evt-1")
-		require.Equal(t, "failed", state)
-		require.Equal(t, 2, attempts)
-	})
-
-	t.Run("RacingCopiesRunTheHandlerOnce", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ib, err := mysqlinbox.New(b.db, b.Options(inbox.WithLease(time.Minute))...)
-		require.NoError(t, err)
-		var calls atomic.Int64
-		h := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
-			calls.Add(1)
-			return nil, nil
-		})
-		const events, copies = 10, 3
-		var wg sync.WaitGroup
-		for e := range events {
-			for range copies {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						_, err := h(newMsg(fmt.Sprintf("evt-%d", e)))
-						if err == nil {
-							return
-						}
-						if !errors.Is(err, inbox.ErrLeaseHeld) {
-							t.Errorf("copy of evt-%d: %v", e, err)
-							return
-						}
-					}
-				}()
-			}
-		}
-		wg.Wait()
-		require.EqualValues(t, events, calls.Load(), "one run per event")
 	})
 }
 
@@ -370,73 +198,10 @@ func TestOperations(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 	})
 
-	t.Run("ForgetRemovesARowSoItsMessageIsAppliedAgainButKeepsALiveLease", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		ctx := context.Background()
-		ib, err := mysqlinbox.New(b.db, b.Options()...)
-		require.NoError(t, err)
-		h := ib.Middleware(b.Credit(100, nil))
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		_, err = b.db.Exec(`INSERT INTO `+b.Table+` (consumer, message_id, state, attempts, lease_token, locked_until, processed_at)
-			VALUES ('wallet-credits', 'held', 'processing', 1, ?, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6))`, watermill.NewUUID())
-		require.NoError(t, err)
-		db := mysqlinbox.Database(b.db)
-
-		row, err := db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "evt-1"}, inbox.WithTable(b.Table))
-		require.NoError(t, err)
-		require.Equal(t, "done", row.State)
-		_, err = h(newMsg("evt-1"))
-		require.NoError(t, err)
-		require.Equal(t, 200, b.Balance(t), "a forgotten message is applied again")
-
-		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held"}, inbox.WithTable(b.Table))
-		require.ErrorIs(t, err, inbox.ErrLeaseHeld)
-		row, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "held", Force: true}, inbox.WithTable(b.Table))
-		require.NoError(t, err)
-		require.Equal(t, "processing", row.State)
-		require.Equal(t, 1, row.Attempts)
-
-		_, err = db.Forget(ctx, inbox.ForgetParams{Consumer: "wallet-credits", ID: "never"}, inbox.WithTable(b.Table))
-		require.ErrorIs(t, err, inbox.ErrNotFound)
-	})
 }
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-
-	t.Run("ASecondRunAppliesNothing", func(t *testing.T) {
-		t.Parallel()
-		b := newBundle(t)
-		require.NoError(t, mysqlinbox.Database(b.db).Migrate(context.Background(), inbox.WithTable(b.Table)))
-		var versions int
-		require.NoError(t, b.db.QueryRow(`SELECT COUNT(*) FROM `+b.Table+`_migrations`).Scan(&versions))
-		require.Equal(t, 1, versions)
-	})
-
-	t.Run("ManyProcessesAtOnceTakeTurns", func(t *testing.T) {
-		t.Parallel()
-		db := openDB(t)
-		table := inboxtest.UniqueName("inbox_my")
-		t.Cleanup(func() { inboxtest.DropInbox(t, inboxtest.StdSQL(db, mysqlinbox.Database(db), mariaDB), table) })
-		var wg sync.WaitGroup
-		errs := make([]error, 6)
-		for n := range errs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[n] = mysqlinbox.Database(db).Migrate(context.Background(), inbox.WithTable(table))
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			require.NoError(t, err)
-		}
-		var versions int
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM `+table+`_migrations`).Scan(&versions))
-		require.Equal(t, 1, versions)
-	})
 
 	t.Run("ATableChangedByHandIsReportedAsDrift", func(t *testing.T) {
 		t.Parallel()
@@ -447,20 +212,6 @@ func TestMigrate(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrSchemaDrift)
 		require.ErrorContains(t, err, "index "+b.Table+"_processing does not exist")
 		require.ErrorContains(t, err, "column attempts is bigint, want int")
-	})
-
-	t.Run("TheMiddlewareCreatesAMissingTable", func(t *testing.T) {
-		t.Parallel()
-		db := openDB(t)
-		table := inboxtest.UniqueName("inbox_my")
-		t.Cleanup(func() { inboxtest.DropInbox(t, inboxtest.StdSQL(db, mysqlinbox.Database(db), mariaDB), table) })
-		ib, err := mysqlinbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"))
-		require.NoError(t, err)
-		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(newMsg("evt-1"))
-		require.NoError(t, err)
-		var n int
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM `+table).Scan(&n))
-		require.Equal(t, 1, n)
 	})
 
 	t.Run("UUIDColumnsAreRefused", func(t *testing.T) {
