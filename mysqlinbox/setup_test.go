@@ -78,10 +78,5 @@ func (b *testBundle) producing(calls *atomic.Int64) message.HandlerFunc {
 	}
 }
 
-// newMsg, recordingLogger and recordingPublisher are the behaviour suite's, shared by every driver's tests.
+// newMsg is the behaviour suite's, shared by every driver's tests.
 func newMsg(eventID string) *message.Message { return inboxtest.NewMessage(eventID) }
-
-type (
-	recordingLogger    = inboxtest.RecordingLogger
-	recordingPublisher = inboxtest.RecordingPublisher
-)
