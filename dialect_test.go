@@ -75,3 +75,31 @@ type codeError string
 
 func (e codeError) Error() string    { return "pq: " + string(e) }
 func (e codeError) SQLState() string { return string(e) }
+
+// A batch claim whose cached consumer id names another consumer now claims nothing, even where its first ID is a
+// row of that other consumer: the id's check fails the whole statement before any conflict is looked for.
+func TestPostgresBatchClaimOfAStaleConsumerIDClaimsNothing(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ctx := context.Background()
+	var other int
+	require.NoError(t, b.db.QueryRow(`INSERT INTO `+b.Table+`_consumers (name) VALUES ('other') RETURNING id`).Scan(&other))
+	_, err := b.db.Exec(`INSERT INTO `+b.Table+` (consumer_id, message_id, state) VALUES ($1, 'evt-1', 'd')`, other)
+	require.NoError(t, err)
+
+	d := postgres.Dialect()
+	pool := driver.StdSQL(b.db)
+	for _, ids := range [][]string{{"evt-1", "evt-2", "evt-3"}, {"evt-0", "evt-1"}} {
+		tx, err := pool.Begin(ctx, driver.TxOptions{})
+		require.NoError(t, err)
+		claimed, err := d.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: b.Table, Consumer: "wallet-credits",
+			ConsumerID: other, IDs: ids, State: "done"})
+		require.Error(t, err, "ids %v", ids)
+		require.Equal(t, dialect.StaleConsumer, d.Classify(err), "%v", err)
+		require.Empty(t, claimed)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	var rows int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+b.Table).Scan(&rows))
+	require.Equal(t, 1, rows, "only the other consumer's row")
+}

@@ -113,7 +113,8 @@ const (
 	claimBatchSQL = `WITH checked AS (SELECT id FROM {table}_consumers WHERE id = $1 AND name = $3)
 		INSERT INTO {table} (consumer_id, message_id, state) VALUES {rows}
 		ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING message_id::text`
-	claimBatchRow = `((SELECT id FROM checked), $%d, $2::text::"char")`
+	claimBatchFirst = `((SELECT id FROM checked), $4, $2::text::"char")`
+	claimBatchRow   = `($1, $%d, $2::text::"char")`
 
 	readRowsSQL = `SELECT i.message_id::text, i.state::text, p.produced FROM {table} i
 		LEFT JOIN {table}_produced p ON p.message_id = i.message_id AND p.consumer_id = i.consumer_id
@@ -152,8 +153,11 @@ type batchKey struct {
 // statement is the same for every driver (no array types); its text is built once per table and size.
 // RETURNING spells the IDs as text, which for a uuid column is the canonical form the inbox already uses.
 //
-// The consumer's id is checked once, in checked, as claimSQL checks it, and every row takes its consumer_id from
-// there: a stale id fails the whole batch before any row is looked for. The rows stay a VALUES list of the INSERT,
+// The consumer's id is checked once, in checked, as claimSQL checks it, and the first row takes its consumer_id
+// from there: a stale id gives it NULL, whose NOT NULL violation fails the whole statement, so that no row of a
+// stale id is kept nor any conflict of one reported. The other rows take the id as it is: one subquery, where one
+// per row cost a plan of the statement's size at every batch (the statement goes with its values as literals,
+// unprepared). The rows stay a VALUES list of the INSERT,
 // so that each ID parameter takes message_id's type (text or uuid) as in claimSQL; a SELECT from a VALUES list
 // would make them text, which a uuid column does not take. The read of the rows the claim found (ReadRows) runs
 // after it in its transaction, and trusts the id.
@@ -161,7 +165,12 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 	key := batchKey{p.Table, len(p.IDs)}
 	query, ok := pg.batches.Load(key)
 	if !ok {
-		rows := commaList(len(p.IDs), func(k int) string { return fmt.Sprintf(claimBatchRow, k+4) })
+		rows := commaList(len(p.IDs), func(k int) string {
+			if k == 0 {
+				return claimBatchFirst
+			}
+			return fmt.Sprintf(claimBatchRow, k+4)
+		})
 		query, _ = pg.batches.LoadOrStore(key, strings.Replace(pg.sql(claimBatchSQL, p.Table), "{rows}", rows, 1))
 	}
 	args := make([]any, 0, len(p.IDs)+3)
