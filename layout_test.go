@@ -16,7 +16,7 @@ import (
 var libraryDirs = []string{
 	".", "dialect", "dialect/postgres", "driver", "internal/batch", "internal/fakedb", "internal/fingerprint",
 	"internal/maintain", "internal/produced", "internal/readiness", "internal/store", "internal/text",
-	"mysqlinbox", "pgxinbox", "otelinbox", "prommetrics", "inboxcheck",
+	"mysqlinbox", "pgxinbox", "otelinbox", "prommetrics", "inboxcheck", "inboxtest", "cmd/watermill-inbox",
 }
 
 type sourceFile struct {
