@@ -88,22 +88,18 @@ const (
 			WHERE ctid >= format('(%s,0)', $2::bigint)::tid AND ctid < format('(%s,0)', $3::bigint)::tid
 				AND processed_at < $1 AND state <> 'p'
 			LIMIT $4
-		), deleted AS (
-			DELETE FROM {rel}
-			WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND processed_at < $1 AND state <> 'p'
-			RETURNING message_id, consumer_id
-		), gone AS (
-			DELETE FROM {table}_produced p USING deleted d
-			WHERE p.message_id = d.message_id AND p.consumer_id = d.consumer_id
-		)
-		SELECT c.name, count(*) FROM deleted d JOIN {table}_consumers c ON c.id = d.consumer_id GROUP BY c.name`
+		` + deletePickedSQL
 
 	// After the walk, until it deletes nothing: any expired row the walk did not meet (one that a scan in
 	// another order placed before the span's start, or that moved there), found through the BRIN index.
 	// After a complete walk it reads the ranges once and finds nothing.
 	spanRestSQL = `WITH picked AS (
 			SELECT ctid FROM {rel} WHERE processed_at < $1 AND state <> 'p' LIMIT $2
-		), deleted AS (
+		` + deletePickedSQL
+
+	// The tail of both statements above: the rows picked, deleted again by ctid with the conditions repeated,
+	// their produced messages with them, and the counts per consumer.
+	deletePickedSQL = `), deleted AS (
 			DELETE FROM {rel}
 			WHERE ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND processed_at < $1 AND state <> 'p'
 			RETURNING message_id, consumer_id
