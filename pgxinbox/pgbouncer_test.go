@@ -76,11 +76,26 @@ func TestPgbouncer_AtPgxsDefaultsTheErrorNamesTheSetting(t *testing.T) {
 			ib, err := database.New(b.Options(inbox.WithAutoMigrate(false), inbox.WithRejectDelay(10*time.Millisecond))...)
 			require.NoError(t, err)
 			h := ib.Middleware(b.creditAnyTx(&inboxtest.CallCounter{}))
+			// Between two messages, another client holds a transaction open on the server connection the pooler
+			// would hand back first (the one used last), so that the next message gets another one, where the
+			// statements pgx cached were never prepared.
+			holder, err := pgx.Connect(context.Background(), dsn+"&default_query_exec_mode=simple_protocol")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = holder.Close(context.Background()) })
 			var failure error
-			for n := 0; n < 64*inboxtest.PgbouncerPoolSize && failure == nil; n++ { // the pooler hands one client connection whichever server connection is free
+			for n := 0; n < 16*inboxtest.PgbouncerPoolSize && failure == nil; n++ {
 				msg := newMsg(fmt.Sprintf("evt-%d", n))
 				msg.SetContext(context.Background())
 				_, failure = h(msg)
+				if n%2 == 1 || failure != nil {
+					continue
+				}
+				held, err := holder.Begin(context.Background())
+				require.NoError(t, err)
+				_, err = held.Exec(context.Background(), "SELECT 1")
+				require.NoError(t, err)
+				_, failure = h(newMsg(fmt.Sprintf("evt-%d-held", n)))
+				require.NoError(t, held.Rollback(context.Background()))
 			}
 			require.Error(t, failure, "pgx's statement cache meets a server connection it did not prepare on")
 			require.ErrorContains(t, failure, "default_query_exec_mode=cache_describe")

@@ -319,6 +319,13 @@ func (b *batch) breaks(err error) {
 	}
 }
 
+// brokenBy returns what left the transaction unusable, nil if nothing did.
+func (b *batch) brokenBy() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.broken
+}
+
 // finished counts a member's handler out, adding it to the ones waiting for the commit when it succeeded (m not
 // nil); the last one lets the batch end.
 func (b *batch) finished(m *member) {

@@ -198,13 +198,18 @@ func (b *batch) send(t *memberTx) {
 	}
 	l.results, l.errs = slices.Grow(l.results[:0], n)[:n], slices.Grow(l.errs[:0], n)[:n]
 	l.mu.Unlock()
-	set, err := b.pipe.ExecPipelined(b.ctx, l.seats, l.sqls, l.args, l.results, l.errs)
-	l.mu.Lock()
-	l.busy = false
+	var set int
+	// A transaction that something left unusable (a member's failed rollback, or its claim's) would refuse every
+	// statement with "current transaction is aborted": the members get the error that broke it instead.
+	err := b.brokenBy()
 	if err != nil {
+		err = fmt.Errorf("inbox: the statements of %d members of a batch of %s were not sent: %w", n, b.consumer, err)
+	} else if set, err = b.pipe.ExecPipelined(b.ctx, l.seats, l.sqls, l.args, l.results, l.errs); err != nil {
 		err = fmt.Errorf("inbox: pipeline the statements of %d members of a batch of %s: %w", n, b.consumer, b.store.Explain(err))
 		b.breaks(err)
 	}
+	l.mu.Lock()
+	l.busy = false
 	for k, t := range sent {
 		switch {
 		case err != nil:
