@@ -284,3 +284,59 @@ func TestFake_AClaimThatLosesALockConflictIsTriedAgainBeforeTheHandlerRuns(t *te
 	require.NoError(t, err)
 	require.EqualValues(t, 200, db.Balance("wallet"))
 }
+
+// A handler whose own statement failed because a transaction-pooling proxy gave its prepared statement another
+// server connection gets the advice the inbox gives for its own statements, in transaction and batch mode.
+func TestFake_AHandlersStatementMissingItsPreparedStatementIsExplained(t *testing.T) {
+	t.Parallel()
+	missing := &fakedb.Error{Kind: dialect.StatementMissing, Msg: `prepared statement "stmt_1" does not exist`}
+	plain := errors.New("the provider said no")
+	handler := func(msg *message.Message) ([]*message.Message, error) {
+		switch msg.Metadata.Get(inbox.DefaultIDMetadataKey) {
+		case "evt-missing":
+			return nil, missing
+		case "evt-plain":
+			return nil, plain
+		}
+		return nil, nil
+	}
+	check := func(t *testing.T, errs map[string]error) {
+		t.Helper()
+		require.ErrorIs(t, errs["evt-missing"], missing, "the handler's error, wrapped")
+		require.ErrorContains(t, errs["evt-missing"], "default_query_exec_mode=cache_describe")
+		require.Equal(t, plain.Error(), errs["evt-plain"].Error(), "any other error is the handler's as it returned it")
+	}
+
+	t.Run("transaction", func(t *testing.T) {
+		t.Parallel()
+		_, ib := fakeInbox(t)
+		errs := map[string]error{}
+		for _, id := range []string{"evt-missing", "evt-plain"} {
+			_, errs[id] = ib.Middleware(handler)(fakeMsg(id))
+		}
+		check(t, errs)
+	})
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		_, ib := fakeInbox(t, inbox.WithBatch(time.Millisecond, 8))
+		release := inbox.HoldBatches(ib, fakeConsumer) // the three wait, then go as one batch
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		errs := map[string]error{}
+		for _, id := range []string{"evt-missing", "evt-plain", "evt-ok"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := ib.Middleware(handler)(fakeMsg(id))
+				mu.Lock()
+				defer mu.Unlock()
+				errs[id] = err
+			}()
+		}
+		require.Eventually(t, func() bool { return inbox.BatchPending(ib, fakeConsumer) == 3 }, 10*time.Second, time.Millisecond)
+		release()
+		wg.Wait()
+		check(t, errs)
+		require.NoError(t, errs["evt-ok"])
+	})
+}

@@ -177,7 +177,7 @@ func (i *Inbox) apply(tx driver.Tx, state string, msg *message.Message, consumer
 	defer msg.SetContext(ctx) // the transaction ends with this call; nothing after it may reach it
 	produced, err = ob.run(h, msg)
 	if err != nil {
-		return nil, false, err
+		return nil, false, i.store.Explain(err) // the handler's statements meet a pooler as the inbox's do
 	}
 	stampProduced(produced, consumer, id, i.cfg.idKey)
 	raw, err := store.EncodeProduced(consumer, id, produced)

@@ -200,7 +200,7 @@ func (b *batch) apply(m *member) ([]*message.Message, error) {
 		b.giveBack(m, t, err)
 	}
 	if err != nil {
-		return nil, m.msg.Failed(err)
+		return nil, m.msg.Failed(b.store.Explain(err)) // the handler's statements meet a pooler as the inbox's do
 	}
 	out := <-m.outcome
 	return m.msg.Committed(out.start, out.err, produced)
