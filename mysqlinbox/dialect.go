@@ -2,12 +2,10 @@ package mysqlinbox
 
 import (
 	"context"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -102,7 +100,7 @@ func (*mysqlDialect) ConsumerID(context.Context, driver.Pool, string, string) (i
 }
 
 func (m *mysqlDialect) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	_, err := tx.Exec(ctx, literal(m.sql(p.Table).claim, p.Consumer, p.ID, p.State))
+	_, err := tx.Exec(ctx, m.sql(p.Table).claim, binArg(p.Consumer), binArg(p.ID), p.State)
 	if errNumber(err) == erDupEntry {
 		return false, nil
 	}
@@ -110,7 +108,7 @@ func (m *mysqlDialect) Claim(ctx context.Context, tx driver.Executor, p dialect.
 }
 
 func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
-	err = q.QueryRow(ctx, literal(m.sql(p.Table).readRow, p.Consumer, p.ID)).Scan(&state, &produced)
+	err = q.QueryRow(ctx, m.sql(p.Table).readRow, binArg(p.Consumer), binArg(p.ID)).Scan(&state, &produced)
 	return state, produced, err
 }
 
@@ -118,7 +116,7 @@ func (m *mysqlDialect) ReadRow(ctx context.Context, q driver.Executor, p dialect
 // claim found rows there already reads them all in one round trip, so that its copies of applied messages end
 // with it instead of each in a transaction of its own.
 func (m *mysqlDialect) ReadRows(ctx context.Context, q driver.Executor, p dialect.RowsParams) (map[string]dialect.StoredRow, error) {
-	rows, err := q.Query(ctx, literal(m.sql(p.Table).readRows(len(p.IDs)), paired(p.Consumer, p.IDs)...))
+	rows, err := q.Query(ctx, m.sql(p.Table).readRows(len(p.IDs)), paired(p.Consumer, p.IDs)...)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +134,7 @@ func (m *mysqlDialect) ReadRows(ctx context.Context, q driver.Executor, p dialec
 }
 
 func (m *mysqlDialect) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
-	_, err := tx.Exec(ctx, m.sql(p.Table).saveProduced, p.Consumer, p.ID, p.Produced)
+	_, err := tx.Exec(ctx, m.sql(p.Table).saveProduced, binArg(p.Consumer), binArg(p.ID), binArg(p.Produced))
 	return err
 }
 
@@ -177,13 +175,13 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 	for _, id := range p.IDs {
 		if !there[id] {
 			fresh = append(fresh, id)
-			args = append(args, p.Consumer, id, p.State)
+			args = append(args, binArg(p.Consumer), binArg(id), p.State)
 		}
 	}
 	if len(fresh) == 0 {
 		return fresh, nil
 	}
-	_, err = tx.Exec(ctx, literal(q.claimRows(len(fresh)), args...))
+	_, err = tx.Exec(ctx, q.claimRows(len(fresh)), args...)
 	if errNumber(err) == erDupEntry {
 		p.IDs = fresh
 		return m.claimEach(ctx, tx, p)
@@ -196,7 +194,7 @@ func (m *mysqlDialect) ClaimBatch(ctx context.Context, tx driver.Executor, p dia
 
 // existing returns which of ids have a committed row of consumer.
 func (m *mysqlDialect) existing(ctx context.Context, tx driver.Executor, q *queries, consumer string, ids []string) (map[string]bool, error) {
-	rows, err := tx.Query(ctx, literal(q.existing(len(ids)), paired(consumer, ids)...))
+	rows, err := tx.Query(ctx, q.existing(len(ids)), paired(consumer, ids)...)
 	if err != nil {
 		return nil, err
 	}
@@ -229,12 +227,12 @@ func (m *mysqlDialect) claimEach(ctx context.Context, tx driver.Executor, p dial
 }
 
 func (m *mysqlDialect) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
-	_, err := tx.Exec(ctx, literal(m.sql(p.Table).forgetRow, p.Consumer, p.ID))
+	_, err := tx.Exec(ctx, m.sql(p.Table).forgetRow, binArg(p.Consumer), binArg(p.ID))
 	return err
 }
 
 func (m *mysqlDialect) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	n, err := tx.Exec(ctx, literal(m.sql(p.Table).takeOver, p.State, p.Consumer, p.ID))
+	n, err := tx.Exec(ctx, m.sql(p.Table).takeOver, p.State, binArg(p.Consumer), binArg(p.ID))
 	return n == 1, err
 }
 
@@ -244,13 +242,14 @@ func (m *mysqlDialect) TakeOver(ctx context.Context, tx driver.Executor, p diale
 func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dialect.LeaseClaimParams) (dialect.LeaseClaim, error) {
 	q := m.sql(p.Table)
 	lease := p.Lease.Microseconds()
+	consumer, id := binArg(p.Consumer), binArg(p.ID)
 	for try := 0; ; try++ {
 		var c dialect.LeaseClaim
 		var expired bool
 		var remainingMS int64
-		err := tx.QueryRow(ctx, literal(q.leaseRead, p.Consumer, p.ID)).Scan(&c.State, &c.Attempt, &c.LastError, &expired, &remainingMS, &c.Produced)
+		err := tx.QueryRow(ctx, q.leaseRead, consumer, id).Scan(&c.State, &c.Attempt, &c.LastError, &expired, &remainingMS, &c.Produced)
 		if errors.Is(err, driver.ErrNoRows) {
-			_, err = tx.Exec(ctx, literal(q.leaseInsert, p.Consumer, p.ID, p.Token, lease))
+			_, err = tx.Exec(ctx, q.leaseInsert, consumer, id, p.Token, lease)
 			if errNumber(err) == erDupEntry && try == 0 {
 				continue
 			}
@@ -267,7 +266,7 @@ func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dia
 			c.Remaining = time.Duration(remainingMS) * time.Millisecond
 			return c, nil
 		}
-		if _, err := tx.Exec(ctx, literal(q.leaseTake, p.Token, lease, p.Consumer, p.ID)); err != nil {
+		if _, err := tx.Exec(ctx, q.leaseTake, p.Token, lease, consumer, id); err != nil {
 			return dialect.LeaseClaim{}, err
 		}
 		out := dialect.LeaseClaim{Claimed: true, Attempt: c.Attempt + 1, LastError: c.LastError, Takeover: c.State == "processing"}
@@ -281,26 +280,28 @@ func (m *mysqlDialect) ClaimLease(ctx context.Context, tx driver.Executor, p dia
 func (m *mysqlDialect) ExtendLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
 	q := m.sql(p.Table)
 	ms, _ := p.Arg.(int64)
-	n, err := tx.Exec(ctx, literal(q.leaseExtend, ms*1000, p.Consumer, p.ID, p.Token))
+	consumer, id := binArg(p.Consumer), binArg(p.ID)
+	n, err := tx.Exec(ctx, q.leaseExtend, ms*1000, consumer, id, p.Token)
 	if err != nil || n == 1 {
 		return n == 1, err
 	}
-	return exists(tx.QueryRow(ctx, literal(q.leaseHeld, p.Consumer, p.ID, p.Token)))
+	return exists(tx.QueryRow(ctx, q.leaseHeld, consumer, id, p.Token))
 }
 
 func (m *mysqlDialect) ReleaseLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
-	n, err := tx.Exec(ctx, m.sql(p.Table).leaseRelease, p.Arg, p.Consumer, p.ID, p.Token)
+	n, err := tx.Exec(ctx, m.sql(p.Table).leaseRelease, binArg(p.Arg), binArg(p.Consumer), binArg(p.ID), p.Token)
 	return n == 1, err
 }
 
 func (m *mysqlDialect) CompleteLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
 	q := m.sql(p.Table)
-	n, err := tx.Exec(ctx, literal(q.leaseComplete, p.Consumer, p.ID, p.Token))
+	consumer, id := binArg(p.Consumer), binArg(p.ID)
+	n, err := tx.Exec(ctx, q.leaseComplete, consumer, id, p.Token)
 	if err != nil || n != 1 {
 		return false, err
 	}
 	if raw, _ := p.Arg.([]byte); raw != nil {
-		if _, err := tx.Exec(ctx, q.saveProduced, p.Consumer, p.ID, raw); err != nil {
+		if _, err := tx.Exec(ctx, q.saveProduced, consumer, id, binArg(raw)); err != nil {
 			return false, err
 		}
 	}
@@ -308,10 +309,12 @@ func (m *mysqlDialect) CompleteLease(ctx context.Context, tx driver.Executor, p 
 }
 
 func (m *mysqlDialect) FailLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
-	n, err := tx.Exec(ctx, m.sql(p.Table).leaseFail, p.Arg, p.Consumer, p.ID, p.Token)
+	n, err := tx.Exec(ctx, m.sql(p.Table).leaseFail, binArg(p.Arg), binArg(p.Consumer), binArg(p.ID), p.Token)
 	return n == 1, err
 }
 
+// The locks' names and holders are the inbox's own ASCII (a fixed name, a UUID), which every character set a session
+// may switch to spells alike; they go as plain parameters.
 func (m *mysqlDialect) TakeLock(ctx context.Context, tx driver.Executor, p dialect.LockParams) (taken bool, cutoff time.Time, err error) {
 	q := m.sql(p.Table)
 	if _, err := tx.Exec(ctx, q.lockTake, p.Name, p.Holder, p.Hold.Microseconds()); err != nil {
@@ -351,14 +354,15 @@ func (m *mysqlDialect) CleanupBatch(ctx context.Context, tx driver.Executor, p d
 	q := m.sql(p.Table)
 	b := dialect.CleanupBatch{Next: p.From}
 	var last utcTime
-	if err := tx.QueryRow(ctx, q.batchPick, p.Consumer, utcArg(p.From), utcArg(p.Cutoff), p.Limit).Scan(&b.Picked, &last); err != nil {
+	consumer := binArg(p.Consumer)
+	if err := tx.QueryRow(ctx, q.batchPick, consumer, utcArg(p.From), utcArg(p.Cutoff), p.Limit).Scan(&b.Picked, &last); err != nil {
 		return b, err
 	}
 	if b.Picked == 0 {
 		return b, nil
 	}
 	b.Next = last.Time
-	n, err := tx.Exec(ctx, q.batchDelete, p.Consumer, utcArg(p.From), utcArg(last.Time), utcArg(p.Cutoff), p.Limit)
+	n, err := tx.Exec(ctx, q.batchDelete, consumer, utcArg(p.From), utcArg(last.Time), utcArg(p.Cutoff), p.Limit)
 	b.Deleted = n
 	return b, err
 }
@@ -390,7 +394,8 @@ func (m *mysqlDialect) Forget(ctx context.Context, tx driver.Executor, p dialect
 	var live bool
 	var remainingMS int64
 	var processedAt utcTime
-	err := tx.QueryRow(ctx, q.forgetRead, p.Consumer, p.ID).
+	consumer, id := binArg(p.Consumer), binArg(p.ID)
+	err := tx.QueryRow(ctx, q.forgetRead, consumer, id).
 		Scan(&f.State, &processedAt, &f.Attempts, &f.LastError, &f.HadProduced, &live, &remainingMS)
 	f.ProcessedAt = processedAt.Time
 	switch {
@@ -401,7 +406,7 @@ func (m *mysqlDialect) Forget(ctx context.Context, tx driver.Executor, p dialect
 	case live && !p.Force:
 		return dialect.Forgotten{Held: true, Remaining: time.Duration(remainingMS) * time.Millisecond}, nil
 	}
-	if _, err := tx.Exec(ctx, q.forgetRow, p.Consumer, p.ID); err != nil {
+	if _, err := tx.Exec(ctx, q.forgetRow, consumer, id); err != nil {
 		return dialect.Forgotten{}, err
 	}
 	f.Deleted = true
@@ -421,41 +426,32 @@ func lockName(table string) string {
 	return fmt.Sprintf("watermill-inbox:migrate:%016x", h.Sum64())
 }
 
-// literal writes args into query in place of its ?s, in order: strings as hex literals, int64s in decimal. The
-// inbox's hot statements (the claims, the reads of a claimed row, the unclaim, lease mode's claim, extension and
-// completion) so go as text, in one round trip, where go-sql-driver would prepare the statement, run it and close
-// it, two, unless the DSN sets interpolateParams; the server parses the text once either way. A hex literal is a
-// binary string of exactly its value's bytes, whatever the connection's character set and sql_mode: what the
-// VARBINARY columns compare, and what an ASCII column takes as the text. The statements whose values are free text
-// (an error's, in last_error) or may be large (produced messages) keep their arguments. query holds no ? other than
-// its placeholders.
-func literal(query string, args ...any) string {
-	var b strings.Builder
-	b.Grow(len(query) + 16*len(args))
-	for _, arg := range args {
-		k := strings.IndexByte(query, '?')
-		b.WriteString(query[:k])
-		switch v := arg.(type) {
-		case string:
-			b.WriteString("X'")
-			b.WriteString(hex.EncodeToString([]byte(v)))
-			b.WriteByte('\'')
-		case int64:
-			b.WriteString(strconv.FormatInt(v, 10))
-		default:
-			panic(fmt.Sprintf("mysqlinbox: no literal for %T", arg))
+// binArg is a value of a message, an option or an error (a string, or []byte) as a {bin} or {text} parameter of
+// the queries: base64, whose ASCII every character set a session may switch to carries unchanged. Over the binary
+// protocol go-sql-driver sends strings and []byte alike as strings, which the server reads in the session's
+// character_set_client and converts to its character_set_connection when the two differ: a session switched by
+// SET character_set_client = sjis (a handler's, or a pool hook's) would store an event ID, and match it, as other
+// bytes than sent. nil stays NULL.
+func binArg(v any) any {
+	switch v := v.(type) {
+	case string:
+		return base64.StdEncoding.EncodeToString([]byte(v))
+	case []byte:
+		if v == nil {
+			return nil
 		}
-		query = query[k+1:]
+		return base64.StdEncoding.EncodeToString(v)
+	case nil:
+		return nil
 	}
-	b.WriteString(query)
-	return b.String()
+	panic(fmt.Sprintf("mysqlinbox: a %T is not a value the inbox stores as bytes", v))
 }
 
 // paired is consumer and each of ids in turn: the arguments of a statement with a lookup per ID.
 func paired(consumer string, ids []string) []any {
 	args := make([]any, 0, 2*len(ids))
 	for _, id := range ids {
-		args = append(args, consumer, id)
+		args = append(args, binArg(consumer), binArg(id))
 	}
 	return args
 }

@@ -23,12 +23,12 @@ func (m *mysqlDialect) FingerprintColumn(ctx context.Context, q driver.Executor,
 }
 
 func (m *mysqlDialect) SaveFingerprint(ctx context.Context, tx driver.Executor, p dialect.FingerprintParams) error {
-	_, err := tx.Exec(ctx, m.sql(p.Table).fingerprintSave, p.Fingerprint, p.Consumer, p.ID)
+	_, err := tx.Exec(ctx, m.sql(p.Table).fingerprintSave, binArg(p.Fingerprint), binArg(p.Consumer), binArg(p.ID))
 	return err
 }
 
 func (m *mysqlDialect) ReadFingerprint(ctx context.Context, q driver.Executor, p dialect.RowParams) ([]byte, error) {
 	var f []byte
-	err := q.QueryRow(ctx, m.sql(p.Table).fingerprintRead, p.Consumer, p.ID).Scan(&f)
+	err := q.QueryRow(ctx, m.sql(p.Table).fingerprintRead, binArg(p.Consumer), binArg(p.ID)).Scan(&f)
 	return f, err
 }

@@ -26,7 +26,8 @@ func (*mysqlDialect) Migrations(table string, idType string) ([]dialect.Migratio
 	if idType != "" && idType != "text" {
 		return nil, fmt.Errorf("mysqlinbox: the ID type %q is not supported: MySQL stores every event ID as VARBINARY", idType)
 	}
-	return dialect.LoadMigrations(migrationFiles, "migrations", defaultTable, table)
+	// The files name the table only inside backquotes, so the name, its backquotes doubled, stays one identifier.
+	return dialect.LoadMigrations(migrationFiles, "migrations", defaultTable, strings.ReplaceAll(table, "`", "``"))
 }
 
 // statements splits a migration into its statements, for a connection that runs one statement at a time (the

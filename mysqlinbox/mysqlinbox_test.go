@@ -2,7 +2,6 @@ package mysqlinbox_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -259,80 +258,4 @@ func TestClassifyNamesTheErrorsTheInboxBranchesOn(t *testing.T) {
 	}
 	require.Equal(t, dialect.ValueRefused, mysqlinbox.Dialect().Classify(mysql.ErrPktTooLarge))
 	require.True(t, mysqlinbox.Dialect().Classify(&mysql.MySQLError{Number: 1213}).Retryable())
-}
-
-// sessionPrepares reads how many statements the session of q's connection has prepared.
-func sessionPrepares(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}) (int, error) {
-	var name string
-	var n int
-	err := q.QueryRowContext(ctx, `SHOW SESSION STATUS LIKE 'Com_stmt_prepare'`).Scan(&name, &n)
-	return n, err
-}
-
-// singleConnection is a database of one connection, for a test that reads what its session did.
-func singleConnection(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", testDSN())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1)
-	return db
-}
-
-// The inbox's claim, and the read of a duplicate's row, go as text: the server prepares none of them (over
-// go-sql-driver a statement with arguments is prepared, run and closed, a round trip more). The session's
-// Com_stmt_prepare, read in the handlers on the pool's one connection, does not move from one message to the next
-// while a new message, a duplicate and another new message are claimed.
-func TestTheInboxsClaimAndADuplicatesReadAreNotPrepared(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
-	ib, err := mysqlinbox.New(singleConnection(t), b.Options()...)
-	require.NoError(t, err)
-	var prepared []int
-	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		tx, _ := inbox.TxFromContext(msg.Context())
-		n, err := sessionPrepares(msg.Context(), tx)
-		if err != nil {
-			return nil, err
-		}
-		prepared = append(prepared, n)
-		_, err = tx.ExecContext(msg.Context(), `UPDATE `+b.Accounts+` SET balance = balance + 1 WHERE id = 1`)
-		return nil, err
-	})
-	for _, id := range []string{"evt-1", "evt-2", "evt-1", "evt-3"} {
-		_, err := h(newMsg(id))
-		require.NoError(t, err, id)
-	}
-	require.Len(t, prepared, 3, "the copy of evt-1 does not run")
-	require.Equal(t, prepared[0], prepared[2], "statements prepared between evt-1's handler and evt-3's")
-	require.Equal(t, 3, b.Balance(t))
-}
-
-// Lease mode's claim of a new message and its completion go as text too: between the handlers of the first and
-// the third of three messages, the session prepares nothing.
-func TestLeaseModesClaimAndCompletionAreNotPrepared(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
-	db := singleConnection(t)
-	ib, err := mysqlinbox.New(db, b.Options(inbox.WithLease(time.Minute))...)
-	require.NoError(t, err)
-	var prepared []int
-	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		n, err := sessionPrepares(msg.Context(), db) // lease mode holds no transaction while the handler runs
-		prepared = append(prepared, n)
-		return nil, err
-	})
-	for _, id := range []string{"evt-1", "evt-2", "evt-3"} {
-		_, err := h(newMsg(id))
-		require.NoError(t, err, id)
-	}
-	require.Len(t, prepared, 3)
-	require.Equal(t, prepared[0], prepared[2], "statements prepared between evt-1's handler and evt-3's")
-	for _, id := range []string{"evt-1", "evt-2", "evt-3"} {
-		state, attempts := b.Row(t, "wallet-credits", id)
-		require.Equal(t, "done", state, id)
-		require.Equal(t, 1, attempts, id)
-	}
 }
