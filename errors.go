@@ -17,6 +17,13 @@ var ErrMissingEventID = errors.New("inbox: message has no event ID")
 // ErrMissingEventID.
 var ErrInvalidEventID = store.ErrInvalidEventID
 
+// ErrClientEncoding reports a PostgreSQL connection whose session was switched from UTF8 to another client_encoding
+// (SET client_encoding, run by a handler, a pool hook or other code on a pooled connection). The server would read
+// the event ID sent as UTF-8 in that encoding and store another ID, which could meet another message's row, so the
+// inbox's statements refuse such a session before they write anything. The handler does not run; the middleware
+// nacks the message after the reject delay and never dead-letters it: the message is fine, the connection is not.
+var ErrClientEncoding = store.ErrClientEncoding
+
 // ErrInvalidOption reports an option that cannot work. It is returned by New and Migrate, and Middleware panics
 // with it, at construction. Two mistakes only show per message, and the middleware then nacks the message after
 // the reject delay with an error wrapping ErrInvalidOption (the message is fine, so it is never dead-lettered): a

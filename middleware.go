@@ -76,11 +76,6 @@ func (i *Inbox) applyOwn(msg *message.Message, consumer, id string, h message.Ha
 
 func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	produced, err := i.applyOwnOnce(msg, consumer, id, h, ob)
-	if errors.Is(err, dialect.ErrSessionLost) { // before h ran; the claim goes with literals from now on
-		i.cfg.logger.Info("Inbox stops preparing its claim: a connection's session lacked it (a pooler in transaction mode?)",
-			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
-		produced, err = i.applyOwnOnce(msg, consumer, id, h, ob)
-	}
 	if errors.Is(err, store.ErrStaleConsumer) { // before h ran; the claim goes with the id the name has now
 		i.cfg.logger.Info("Inbox registers its consumers again: the consumers table was made anew",
 			logFields(msg, consumer, id).Add(watermill.LogFields{"error": err.Error()}))
@@ -121,7 +116,7 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 	produced, skipped, err := i.apply(tx, store.StateDone, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback() // before any wait of settle's, so the claim's lock is not held through it
-		if errors.Is(err, dialect.ErrSessionLost) || errors.Is(err, store.ErrStaleConsumer) || errors.Is(err, store.ErrClaimLostLock) {
+		if errors.Is(err, store.ErrStaleConsumer) || errors.Is(err, store.ErrClaimLostLock) {
 			return nil, err // applyOwnObserved goes again
 		}
 		err = i.settle(msg, consumer, err)
@@ -226,11 +221,11 @@ func (i *Inbox) settle(msg *message.Message, consumer string, err error) error {
 	case errors.As(err, &u):
 		return i.reject(msg, consumer, u.error)
 	// Faults of the table or of the wiring, not of the message's, held back so that the redelivery does not spin: a
-	// missing table, a consumer name the table has no id left for, a handler helper of the other client library,
-	// and a claim whose retry with the id the name has now found that one stale too (the consumers table is being
-	// made anew again).
+	// missing table, a consumer name the table has no id left for, a handler helper of the other client library, a
+	// connection whose session encoding would change the ID, and a claim whose retry with the id the name has now
+	// found that one stale too (the consumers table is being made anew again).
 	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted), errors.Is(err, ErrNoTx),
-		errors.Is(err, store.ErrStaleConsumer):
+		errors.Is(err, store.ErrStaleConsumer), errors.Is(err, ErrClientEncoding):
 		return i.holdBack(msg, err)
 	}
 	return err

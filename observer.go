@@ -367,6 +367,8 @@ func holdBackReason(err error) string {
 		return "schema"
 	case errors.Is(err, ErrConsumerIDsExhausted):
 		return "consumer_ids"
+	case errors.Is(err, ErrClientEncoding):
+		return "client_encoding"
 	}
 	return "database"
 }

@@ -221,6 +221,10 @@ const (
 	// same. The claim wrote nothing; the id must be asked for again (Dialect.ConsumerID) before the message is
 	// claimed again. A dialect whose rows carry names never returns it.
 	StaleConsumer
+	// ClientEncoding is a statement refused because the session would not carry the inbox's text as it was sent:
+	// a PostgreSQL session whose client_encoding was switched from UTF8. Nothing was written; the same statement on
+	// a session of the right encoding succeeds.
+	ClientEncoding
 )
 
 // Retryable reports whether a transaction that failed with k may run again.

@@ -13,6 +13,21 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
+// PlainName reports whether name holds only lower-case ASCII letters, digits and underscores, and something: a name
+// that means the same quoted or not in every dialect, and that holds no quote of any. The inbox's options admit no
+// other table name; the dialects check it again where they put it into SQL text.
+func PlainName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
 // LoadMigrations reads a dialect's versioned schema changes from fsys: in dir, a file NNN_name.up.sql and its
 // NNN_name.down.sql for each version. The files are the ones users may hand to a migration tool of their own, so
 // they name the default table, defaultTable; LoadMigrations writes table in its place, its one change to them.
@@ -23,6 +38,9 @@ import (
 // schema (another type of a column, a partitioned table): a variant's up file replaces its version's Up, and its
 // down file, when it has one, the Down. A later variant wins over an earlier one.
 func LoadMigrations(fsys fs.FS, dir, defaultTable, table string, variants ...string) ([]Migration, error) {
+	if !PlainName(table) {
+		return nil, fmt.Errorf("migrations for table %q: a table's name may hold only lower-case letters, digits and underscores", table)
+	}
 	rename := strings.NewReplacer(defaultTable, table)
 	read := func(name string) (string, error) {
 		b, err := fs.ReadFile(fsys, name)

@@ -21,6 +21,14 @@ func TestLoadMigrations(t *testing.T) {
 		"m/wide/002_lease.down.sql": {Data: []byte(`ALTER TABLE "inbox_t" DROP x; -- wide`)},
 	}
 
+	t.Run("RefusesATableNameThatIsNotPlain", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{`billing"; DROP TABLE accounts; --`, "Billing", "bill ing", "billing`", ""} {
+			_, err := dialect.LoadMigrations(files, "m", "inbox_t", name)
+			require.ErrorContains(t, err, "may hold only lower-case letters, digits and underscores", name)
+		}
+	})
+
 	t.Run("ReadsEachVersionInOrderForTheTable", func(t *testing.T) {
 		t.Parallel()
 		ms, err := dialect.LoadMigrations(files, "m", "inbox_t", "billing")

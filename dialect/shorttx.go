@@ -10,12 +10,6 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// ErrSessionLost is a statement that failed because the statement it prepared on its connection's session was not
-// there, or no longer fits its table: its transaction is aborted before anything else of it ran, and it can go
-// again at once. A dialect that prepares statements on sessions (PostgreSQL's, over driver.SessionState) returns
-// it wrapped; InShortTx runs such a transaction once more, and so must a caller that runs its own.
-var ErrSessionLost = errors.New("the prepared statement was not on the connection's session")
-
 const (
 	// shortTxTries bounds how often one of the inbox's own short transactions is run when the database aborts it
 	// for a serialization failure or a deadlock. Such an abort rolled everything back, so running it again is
@@ -35,8 +29,7 @@ const (
 var shortTxOptions = driver.TxOptions{ReadCommitted: true}
 
 // InShortTx runs fn in a short transaction of its own and commits it, running it again (up to five times in all)
-// when the database aborted it for a conflict with another transaction, and once more when its first statement
-// failed with ErrSessionLost.
+// when the database aborted it for a conflict with another transaction.
 //
 // Each statement the inbox runs outside a caller's transaction goes through here, not through the pool's
 // autocommit. A transaction-pooling proxy such as pgbouncer hands a client's statements to whichever server
@@ -44,12 +37,7 @@ var shortTxOptions = driver.TxOptions{ReadCommitted: true}
 // an unnamed statement, then binds it, with a sync between) would have the second step land on another server
 // connection than the first. Inside a transaction every step stays on one server connection.
 func InShortTx(ctx context.Context, pool driver.Pool, d Dialect, fn func(tx driver.Tx) error) error {
-	try := func() error { return runShortTx(ctx, pool, fn) }
-	err := RetryConflicts(ctx, d, shortTxTries, shortTxBackoff, try)
-	if errors.Is(err, ErrSessionLost) { // its first statement, prepared, was not on the session: again with literals
-		err = RetryConflicts(ctx, d, shortTxTries, shortTxBackoff, try)
-	}
-	return err
+	return RetryConflicts(ctx, d, shortTxTries, shortTxBackoff, func() error { return runShortTx(ctx, pool, fn) })
 }
 
 func runShortTx(ctx context.Context, pool driver.Pool, fn func(tx driver.Tx) error) error {

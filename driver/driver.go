@@ -7,7 +7,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"sync"
 )
 
 // ErrNoRows is what Row.Scan returns when the query returned no row. Adapters translate their library's own
@@ -68,27 +67,6 @@ type TxOptions struct {
 	ReadCommitted bool
 	// ReadOnly begins a read-only transaction.
 	ReadOnly bool
-}
-
-// LiteralArgs is implemented by a Tx whose library sends a statement with arguments in a round trip more than one
-// without: lib/pq has the server parse and describe each such statement before it binds the arguments, unless its
-// DSN sets binary_parameters. The PostgreSQL dialect then writes the arguments of its own statements into their
-// text, as literals, wherever it can do so exactly, and the statement costs one round trip.
-type LiteralArgs interface {
-	LiteralArgs() bool
-}
-
-// SessionState is implemented by a Tx whose adapter can tell its connection from the pool's others (the adapter over
-// lib/pq can). Session returns notes that live as long as the connection, for the dialect to record there what it
-// left on the connection's server session: a statement it prepared with SQL's PREPARE, which lib/pq then runs in
-// one round trip and PostgreSQL without parsing and planning it anew. Session returns nil when there are no notes,
-// or once SessionLost was called on any transaction of the pool.
-type SessionState interface {
-	Session() *sync.Map
-	// SessionLost reports that a session did not hold what the notes said: a pooler in transaction mode hands a
-	// connection's transactions to whichever server session is free, or the application deallocated the
-	// statements. The pool keeps no notes from then on.
-	SessionLost()
 }
 
 // Pool begins transactions on a database.

@@ -47,12 +47,6 @@ func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, err
 		_ = conn.Close()
 		return nil, err
 	}
-	if p.sessions != nil {
-		s.owner.sessions = p.sessions
-		if !p.sessions.lost.Load() {
-			s.owner.session = p.sessions.of(s.dc)
-		}
-	}
 	s.views = sql.OpenDB(s)
 	o := &sql.TxOptions{ReadOnly: opts.ReadOnly}
 	if opts.ReadCommitted {
@@ -102,10 +96,7 @@ func (s *sharedTx) QueryRow(ctx context.Context, query string, args ...any) Row 
 func (s *sharedTx) Query(ctx context.Context, query string, args ...any) (Rows, error) {
 	return s.owner.Query(ctx, query, args...)
 }
-func (s *sharedTx) LiteralArgs() bool  { return s.owner.LiteralArgs() }
-func (s *sharedTx) Session() *sync.Map { return s.owner.Session() }
-func (s *sharedTx) SessionLost()       { s.owner.SessionLost() }
-func (s *sharedTx) Native() any        { return s.owner.tx }
+func (s *sharedTx) Native() any { return s.owner.tx }
 func (s *sharedTx) Commit(context.Context) error {
 	s.endViews()
 	return s.end(s.owner.tx.Commit())

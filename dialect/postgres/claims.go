@@ -30,7 +30,7 @@ const (
 	// migrations lock the inbox table before they touch either, so the id stays checked for every statement
 	// after the claim in its transaction.
 	claimSQL = `INSERT INTO {table} (consumer_id, message_id, state)
-		VALUES ((SELECT id FROM {table}_consumers WHERE id = $1 AND name = $4), $2, $3::text::"char")
+		VALUES ((SELECT id / {utf8} FROM {table}_consumers WHERE id = $1 AND name = $4), $2, $3::text::"char")
 		ON CONFLICT (message_id, consumer_id) DO NOTHING
 		RETURNING true`
 
@@ -41,7 +41,7 @@ const (
 	// consumers table could be made anew between that read and this INSERT only by a migration that took the
 	// inbox table's lock and committed within that one round trip, where before the check every claim trusted
 	// an id for as long as the process ran.
-	claimFreshSQL = `INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1, $2, $3::text::"char")
+	claimFreshSQL = `INSERT INTO {table} (consumer_id, message_id, state) VALUES ($1 / {utf8}, $2, $3::text::"char")
 		ON CONFLICT (message_id, consumer_id) DO NOTHING
 		RETURNING true`
 
@@ -52,7 +52,7 @@ const (
 	// id is checked as in the claim above: a stale one fails the INSERT, and the message goes the usual way,
 	// where its claim finds the id stale again, forgets it and registers the name anew.
 	claimAtCommitSQL = `INSERT INTO {table} (consumer_id, message_id, state)
-		VALUES ((SELECT id FROM {table}_consumers WHERE id = $1 AND name = $3), $2, 'd')`
+		VALUES ((SELECT id / {utf8} FROM {table}_consumers WHERE id = $1 AND name = $3), $2, 'd')`
 
 	// Runs only in batch mode, for a message whose handler failed, on the row the batch claimed for it and has
 	// not committed: the other messages of the batch commit, and its redelivery must find no row. Its id was
@@ -76,7 +76,7 @@ const (
 	// they describe, and can be sent again when the router's publish after the commit fails. The produced
 	// table has no foreign key to the inbox (007 says why), so a row deleted by hand may have left its
 	// produced messages behind: the claim that follows replaces them rather than failing on them.
-	saveSQL = `INSERT INTO {table}_produced (message_id, consumer_id, produced) VALUES ($2, $1, $3)
+	saveSQL = `INSERT INTO {table}_produced (message_id, consumer_id, produced) VALUES ($2, $1 / {utf8}, $3)
 		ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced`
 
 	// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
@@ -92,7 +92,7 @@ const (
 			WHERE message_id = $2 AND consumer_id = $1 AND state = 'a' AND $3::jsonb IS NOT NULL
 			ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 		)
-		UPDATE {table} SET state = 'd' WHERE message_id = $2 AND consumer_id = $1 AND state = 'a'`
+		UPDATE {table} SET state = 'd' WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND state = 'a'`
 
 	// Runs only when a transaction-mode claim found a row that lease mode left: a consumer switched modes,
 	// or shares a table with a lease-mode handler of the same name. It takes the row, as $3, when lease mode
@@ -110,7 +110,7 @@ const (
 // The claim and the read of many messages, for batch mode (ClaimBatch and ReadRows say why they have their
 // shape). {rows} and {ids} stand for a list built once per table and number of IDs.
 const (
-	claimBatchSQL = `WITH checked AS (SELECT id FROM {table}_consumers WHERE id = $1 AND name = $3)
+	claimBatchSQL = `WITH checked AS (SELECT id / {utf8} AS id FROM {table}_consumers WHERE id = $1 AND name = $3)
 		INSERT INTO {table} (consumer_id, message_id, state) VALUES {rows}
 		ON CONFLICT (message_id, consumer_id) DO NOTHING RETURNING message_id::text`
 	claimBatchFirst = `((SELECT id FROM checked), $4, $2::text::"char")`
@@ -131,9 +131,9 @@ const (
 
 func (pg *postgres) Claim(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
 	if p.Fresh { // never the first statement of its transaction, so never prepared
-		return scanTrue(literally(tx).QueryRow(ctx, pg.sql(claimFreshSQL, p.Table), p.ConsumerID, p.ID, stateCode(p.State)))
+		return scanTrue(tx.QueryRow(ctx, pg.sql(claimFreshSQL, p.Table), p.ConsumerID, p.ID, stateCode(p.State)))
 	}
-	return scanTrue(firstRow(ctx, tx, pg.sql(claimSQL, p.Table), p.ConsumerID, p.ID, stateCode(p.State), p.Consumer))
+	return scanTrue(tx.QueryRow(ctx, pg.sql(claimSQL, p.Table), p.ConsumerID, p.ID, stateCode(p.State), p.Consumer))
 }
 
 // ClaimAtCommit returns the claim as a plain INSERT, for COMMIT to follow in the same round trip.
@@ -179,7 +179,7 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 		args = append(args, id)
 	}
 	claimed := make([]string, 0, len(p.IDs))
-	err := dialect.ScanRows(ctx, literally(tx), query.(string), args, func(r driver.Rows) error {
+	err := dialect.ScanRows(ctx, tx, query.(string), args, func(r driver.Rows) error {
 		var id string
 		err := r.Scan(&id)
 		claimed = append(claimed, id)
@@ -206,7 +206,7 @@ func (pg *postgres) ReadRows(ctx context.Context, q driver.Executor, p dialect.R
 		args = append(args, id)
 	}
 	found := make(map[string]dialect.StoredRow, len(p.IDs))
-	err := dialect.ScanRows(ctx, literally(q), query.(string), args, func(r driver.Rows) error {
+	err := dialect.ScanRows(ctx, q, query.(string), args, func(r driver.Rows) error {
 		var id, state string
 		var produced []byte
 		err := r.Scan(&id, &state, &produced)
@@ -229,27 +229,27 @@ func commaList(n int, item func(k int) string) string {
 }
 
 func (pg *postgres) Unclaim(ctx context.Context, tx driver.Executor, p dialect.RowParams) error {
-	_, err := literally(tx).Exec(ctx, pg.sql(unclaimSQL, p.Table), p.ConsumerID, p.ID)
+	_, err := tx.Exec(ctx, pg.sql(unclaimSQL, p.Table), p.ConsumerID, p.ID)
 	return err
 }
 
 func (pg *postgres) ReadRow(ctx context.Context, q driver.Executor, p dialect.RowParams) (state string, produced []byte, err error) {
-	err = literally(q).QueryRow(ctx, pg.sql(producedSQL, p.Table), p.ConsumerID, p.ID).Scan(&state, &produced)
+	err = q.QueryRow(ctx, pg.sql(producedSQL, p.Table), p.ConsumerID, p.ID).Scan(&state, &produced)
 	return stateName(state), produced, err
 }
 
 func (pg *postgres) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
-	_, err := literally(tx).Exec(ctx, pg.sql(saveSQL, p.Table), p.ConsumerID, p.ID, nullable(p.Produced))
+	_, err := tx.Exec(ctx, pg.sql(saveSQL, p.Table), p.ConsumerID, p.ID, nullable(p.Produced))
 	return err
 }
 
 func (pg *postgres) Finish(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) (bool, error) {
-	n, err := literally(tx).Exec(ctx, pg.sql(finishSQL, p.Table), p.ConsumerID, p.ID, nullable(p.Produced))
+	n, err := tx.Exec(ctx, pg.sql(finishSQL, p.Table), p.ConsumerID, p.ID, nullable(p.Produced))
 	return n == 1, err
 }
 
 func (pg *postgres) TakeOver(ctx context.Context, tx driver.Executor, p dialect.ClaimParams) (bool, error) {
-	return scanTrue(literally(tx).QueryRow(ctx, pg.sql(takeoverSQL, p.Table), p.ConsumerID, p.ID, stateCode(p.State)))
+	return scanTrue(tx.QueryRow(ctx, pg.sql(takeoverSQL, p.Table), p.ConsumerID, p.ID, stateCode(p.State)))
 }
 
 func (*postgres) Savepoint(ctx context.Context, tx driver.Executor, step dialect.SavepointStep) error {

@@ -16,8 +16,12 @@ func classify(err error) dialect.ErrorKind {
 	switch {
 	case code == "42P01": // undefined_table
 		return dialect.NoTable
-	// invalid_text_representation (a uuid column), character_not_in_repertoire, program_limit_exceeded (index row size)
-	case code == "22P02" || code == "22021" || code == "54000":
+	// division_by_zero, which only the check of the session's encoding raises (sessionUTF8SQL), and
+	// character_not_in_repertoire: an ID the inbox checked as UTF-8 that the server read in another encoding
+	case code == "22012" || code == "22021":
+		return dialect.ClientEncoding
+	// invalid_text_representation (a uuid column), program_limit_exceeded (index row size)
+	case code == "22P02" || code == "54000":
 		return dialect.IDRefused
 	case code == "2200H": // sequence_generator_limit_exceeded: the consumers' smallint ids are all taken
 		return dialect.SequenceExhausted

@@ -73,8 +73,8 @@ const (
 		)
 		SELECT coalesce((min(ctid)::text::point)[0]::bigint, 0), coalesce((max(ctid)::text::point)[0]::bigint, -1),
 			(SELECT CASE WHEN sum(relpages) > 0 AND sum(reltuples) > 0 THEN sum(reltuples) / sum(relpages) ELSE 0 END
-			 FROM pg_class WHERE relkind = 'r' AND (oid = to_regclass('{rel}')
-				OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass('{rel}'))))
+			 FROM pg_class WHERE relkind = 'r' AND (oid = to_regclass($3)
+				OR oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass($3))))
 		FROM {rel} WHERE processed_at < $1 AND state <> 'p'`
 
 	// One window of the walk: a TID range scan (PostgreSQL 14 and later) reads pages $2 to $3-1 and no others,
@@ -121,7 +121,7 @@ const (
 	summarizeSQL = `WITH brin AS (
 			SELECT i.indexrelid AS index FROM pg_index i
 			JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
-			WHERE i.indrelid = to_regclass('{rel}') AND a.amname = 'brin' AND c.relkind = 'i'
+			WHERE i.indrelid = to_regclass($3) AND a.amname = 'brin' AND c.relkind = 'i'
 			LIMIT 1
 		)
 		SELECT count(brin_desummarize_range(brin.index, r)), count(brin_summarize_range(brin.index, r))
@@ -165,7 +165,7 @@ func (pg *postgres) CleanupBatch(ctx context.Context, tx driver.Executor, p dial
 }
 
 func (pg *postgres) CleanupSpan(ctx context.Context, tx driver.Executor, p dialect.CleanupPagesParams) (sp dialect.Span, err error) {
-	err = tx.QueryRow(ctx, pg.walked(spanSQL, p), minutes(p.Cutoff), p.Cutoff).Scan(&sp.First, &sp.Last, &sp.RowsPerPage)
+	err = tx.QueryRow(ctx, pg.walked(spanSQL, p), minutes(p.Cutoff), p.Cutoff, quoteIdent(walkedRel(p))).Scan(&sp.First, &sp.Last, &sp.RowsPerPage)
 	return sp, err
 }
 
@@ -185,16 +185,21 @@ func (pg *postgres) CleanupSummarize(ctx context.Context, tx driver.Executor, p 
 		return err
 	}
 	var desummarized, summarized int64
-	return tx.QueryRow(ctx, pg.walked(summarizeSQL, p), p.From, p.To).Scan(&desummarized, &summarized)
+	return tx.QueryRow(ctx, pg.walked(summarizeSQL, p), p.From, p.To, quoteIdent(walkedRel(p))).Scan(&desummarized, &summarized)
 }
 
 // walked expands one of the walk's statements for the relation it cleans: the table, or the partition p names.
 func (pg *postgres) walked(template string, p dialect.CleanupPagesParams) string {
-	rel := p.Table
+	return pg.expand(template, p.Table, walkedRel(p))
+}
+
+// walkedRel names the relation a walk cleans: the table, or the partition p names. The walk's statements take it
+// as {rel}, and, quoted, as the parameter ($3) that the catalog reads it by.
+func walkedRel(p dialect.CleanupPagesParams) string {
 	if p.Partition != "" {
-		rel = p.Partition
+		return p.Partition
 	}
-	return pg.expand(template, p.Table, rel)
+	return p.Table
 }
 
 // scanCounts runs a statement that returns (consumer, count) rows.

@@ -42,13 +42,13 @@ func (pg *postgres) FingerprintColumn(ctx context.Context, q driver.Executor, ta
 }
 
 func (pg *postgres) SaveFingerprint(ctx context.Context, tx driver.Executor, p dialect.FingerprintParams) error {
-	_, err := literally(tx).Exec(ctx, pg.sql(saveFingerprintSQL, p.Table), p.ConsumerID, p.ID, hex.EncodeToString(p.Fingerprint))
+	_, err := tx.Exec(ctx, pg.sql(saveFingerprintSQL, p.Table), p.ConsumerID, p.ID, hex.EncodeToString(p.Fingerprint))
 	return err
 }
 
 func (pg *postgres) ReadFingerprint(ctx context.Context, q driver.Executor, p dialect.RowParams) ([]byte, error) {
 	var f []byte
-	err := literally(q).QueryRow(ctx, pg.sql(readFingerprintSQL, p.Table), p.ConsumerID, p.ID).Scan(&f)
+	err := q.QueryRow(ctx, pg.sql(readFingerprintSQL, p.Table), p.ConsumerID, p.ID).Scan(&f)
 	return f, err
 }
 

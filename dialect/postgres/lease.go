@@ -31,7 +31,7 @@ const (
 	// duplicate. The read of the row after a claim that took nothing (leaseStateSQL) runs in the same
 	// transaction, after that check.
 	leaseClaimSQL = `WITH checked AS (
-			SELECT id FROM {table}_consumers WHERE id = $1 AND name = $5
+			SELECT id / {utf8} AS id FROM {table}_consumers WHERE id = $1 AND name = $5
 		), prior AS (
 			SELECT state FROM {table} WHERE message_id = $2 AND consumer_id = (SELECT id FROM checked)
 		)
@@ -63,18 +63,18 @@ const (
 	// lease was taken over, the old holder's write matches no row, returns none, and it learns that it lost
 	// the lease.
 	leaseExtendSQL = `UPDATE {table} SET locked_until = now() + $4 * interval '1 millisecond'
-		WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
+		WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 		RETURNING 1`
 	leaseReleaseSQL = `UPDATE {table} SET state = 'r', locked_until = NULL, last_error = $4,
 			processed_at = {now_minutes}
-		WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
+		WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 		RETURNING 1`
 
 	// Marks 'done' and stores the produced messages, if any, in one statement: a crash cannot leave a 'done'
 	// row whose messages were never stored, which a redelivery would then skip without sending them.
 	leaseCompleteSQL = `WITH done AS (
 			UPDATE {table} SET state = 'd', locked_until = NULL, processed_at = {now_minutes}
-			WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
+			WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 			RETURNING message_id, consumer_id
 		), saved AS (
 			INSERT INTO {table}_produced (message_id, consumer_id, produced)
@@ -84,14 +84,14 @@ const (
 		SELECT 1 FROM done`
 	leaseFailSQL = `UPDATE {table} SET state = 'f', locked_until = NULL, last_error = $4,
 			processed_at = {now_minutes}
-		WHERE message_id = $2 AND consumer_id = $1 AND lease_token = $3 AND state = 'p'
+		WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 		RETURNING 1`
 )
 
 func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialect.LeaseClaimParams) (dialect.LeaseClaim, error) {
 	var c dialect.LeaseClaim
 	var takeover sql.NullBool
-	err := firstRow(ctx, tx, pg.sql(leaseClaimSQL, p.Table), p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds(), p.Consumer).
+	err := tx.QueryRow(ctx, pg.sql(leaseClaimSQL, p.Table), p.ConsumerID, p.ID, p.Token, p.Lease.Milliseconds(), p.Consumer).
 		Scan(&c.Attempt, &c.LastError, &takeover)
 	if err == nil {
 		c.Claimed, c.Takeover = true, takeover.Bool
@@ -101,7 +101,7 @@ func (pg *postgres) ClaimLease(ctx context.Context, tx driver.Executor, p dialec
 		return c, err
 	}
 	var remainingMS int64
-	err = literally(tx).QueryRow(ctx, pg.sql(leaseStateSQL, p.Table), p.ConsumerID, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced)
+	err = tx.QueryRow(ctx, pg.sql(leaseStateSQL, p.Table), p.ConsumerID, p.ID).Scan(&c.State, &c.Attempt, &remainingMS, &c.Produced)
 	if err != nil {
 		return c, fmt.Errorf("read lease: %w", err)
 	}
@@ -131,7 +131,7 @@ func (pg *postgres) FailLease(ctx context.Context, tx driver.Executor, p dialect
 // the only statement of its transaction.
 func (pg *postgres) leaseWrite(ctx context.Context, tx driver.Executor, template string, p dialect.LeaseWriteParams, arg any) (bool, error) {
 	var one int
-	err := firstRow(ctx, tx, pg.sql(template, p.Table), p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
+	err := tx.QueryRow(ctx, pg.sql(template, p.Table), p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
 	if errors.Is(err, driver.ErrNoRows) {
 		return false, nil
 	}

@@ -40,7 +40,7 @@ const (
 				CASE WHEN has_sequence_privilege(s.seqrelid, 'SELECT,USAGE') THEN pg_sequence_last_value(s.seqrelid) END,
 				(SELECT max(id) FROM {table}_consumers), s.seqmin - 1)
 		FROM pg_sequence s
-		WHERE s.seqrelid = pg_get_serial_sequence('{table}_consumers', 'id')::regclass`
+		WHERE s.seqrelid = pg_get_serial_sequence($1, 'id')::regclass`
 
 	// Removes one row, with its produced messages, so the message can be applied again. A live lease is kept
 	// unless forced: deleting it would let the next copy claim the message and call out while the holder is
@@ -73,7 +73,7 @@ func (pg *postgres) Stats(ctx context.Context, tx driver.Executor, table string)
 	if err != nil {
 		return st, err
 	}
-	err = tx.QueryRow(ctx, pg.sql(statsIDsSQL, table)).Scan(&st.ConsumerIDs, &st.ConsumerIDsLeft)
+	err = tx.QueryRow(ctx, pg.sql(statsIDsSQL, table), quoteIdent(table+"_consumers")).Scan(&st.ConsumerIDs, &st.ConsumerIDsLeft)
 	if errors.Is(err, driver.ErrNoRows) { // an id column without an identity, made by hand: nothing to count
 		err = nil
 	}

@@ -33,16 +33,16 @@ const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 const (
 	// Whether the inbox table exists in the compact layout of migration 007 (its rows carry consumer ids).
 	compactSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute
-			WHERE attrelid = to_regclass('{table}') AND attname = 'consumer_id' AND NOT attisdropped)`
+			WHERE attrelid = to_regclass($1) AND attname = 'consumer_id' AND NOT attisdropped)`
 
 	// The versions table of Migrate. Users who apply the SQL files with their own tool have none.
-	versionsCreateSQL = `CREATE TABLE IF NOT EXISTS "{table}_migrations" (
+	versionsCreateSQL = `CREATE TABLE IF NOT EXISTS {table}_migrations (
 			version    integer     PRIMARY KEY,
 			name       text        NOT NULL,
 			applied_at timestamptz NOT NULL DEFAULT now()
 		)`
-	versionsReadSQL   = `SELECT coalesce(max(version), 0) FROM "{table}_migrations"`
-	versionsRecordSQL = `INSERT INTO "{table}_migrations" (version, name) VALUES ($1, $2)`
+	versionsReadSQL   = `SELECT coalesce(max(version), 0) FROM {table}_migrations`
+	versionsRecordSQL = `INSERT INTO {table}_migrations (version, name) VALUES ($1, $2)`
 )
 
 // Migrations returns the migration files for table; idType "uuid" makes a new table's event IDs uuid, "" and
@@ -89,7 +89,7 @@ func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.Mig
 		// 005 put back a trigger that reads it), and 007 moves from that layout, so none of them may run again;
 		// the check below names whatever such a table lacks.
 		var compact bool
-		if err := tx.QueryRow(ctx, pg.sql(compactSQL, p.Table)).Scan(&compact); err != nil {
+		if err := tx.QueryRow(ctx, compactSQL, quoteIdent(p.Table)).Scan(&compact); err != nil {
 			return 0, 0, fmt.Errorf("inbox: migrate: read the layout of %s: %w", p.Table, err)
 		}
 		if compact {

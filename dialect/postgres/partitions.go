@@ -19,15 +19,17 @@ const (
 	partitionKindSQL = `SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)), false), now()`
 
 	// Each partition and its bounds as PostgreSQL spells them: DEFAULT, or FOR VALUES FROM ('...') TO ('...'); and,
-	// with the bound DETACHED, the tables named as the inbox names its partitions ($2, a LIKE pattern) in the
-	// table's schema that are no partition: detached by a pass that stopped before it dropped them.
+	// with the bound DETACHED, the tables whose names begin as the inbox's partitions' do ($2) in the table's
+	// schema that are no partition: detached by a pass that stopped before it dropped them. starts_with compares
+	// characters, where LIKE would take the name's underscores for wildcards; Partitions then keeps only the names
+	// of the inbox's own shape.
 	partitionsSQL = `SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = to_regclass($1)
 		UNION ALL
 		SELECT c.relname::text, 'DETACHED' FROM pg_class c
 		WHERE c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass($1))
-			AND c.relkind = 'r' AND NOT c.relispartition AND c.relname LIKE $2
+			AND c.relkind = 'r' AND NOT c.relispartition AND starts_with(c.relname, $2)
 		ORDER BY 1`
 
 	// DDL waits at most this long for its locks, and the Cleaner tries again next round: creating a partition
@@ -37,17 +39,17 @@ const (
 
 	// CreatePartition's steps (it says why they are these). The move names the columns of the compact layout, in
 	// the order of the table's, so that the INSERT takes the DELETE's rows as they are.
-	lockTableSQL       = `LOCK TABLE "{table}" IN SHARE MODE`
-	createPartitionSQL = `CREATE TABLE "{partition}" (LIKE "{table}" INCLUDING DEFAULTS)`
-	lockDefaultSQL     = `LOCK TABLE "{default}" IN ACCESS EXCLUSIVE MODE`
+	lockTableSQL       = `LOCK TABLE {table} IN SHARE MODE`
+	createPartitionSQL = `CREATE TABLE {partition} (LIKE {table} INCLUDING DEFAULTS)`
+	lockDefaultSQL     = `LOCK TABLE {default} IN ACCESS EXCLUSIVE MODE`
 	moveRowsSQL        = `WITH moved AS (
-			DELETE FROM "{default}" WHERE message_id >= $1 AND message_id < $2
+			DELETE FROM {default} WHERE message_id >= $1 AND message_id < $2
 			RETURNING processed_at, consumer_id, state, message_id, locked_until, attempts, lease_token, last_error
 		)
-		INSERT INTO "{partition}" (processed_at, consumer_id, state, message_id, locked_until, attempts,
+		INSERT INTO {partition} (processed_at, consumer_id, state, message_id, locked_until, attempts,
 			lease_token, last_error)
 		SELECT * FROM moved`
-	attachPartitionSQL = `ALTER TABLE "{table}" ATTACH PARTITION "{partition}" FOR VALUES FROM ('{from}') TO ('{to}')`
+	attachPartitionSQL = `ALTER TABLE {table} ATTACH PARTITION {partition} FOR VALUES FROM ('{from}') TO ('{to}')`
 
 	// A DETACH takes the whole table's exclusive lock: every claim that arrives while it waits for the claims in
 	// flight waits behind it, so it waits briefly, and the caller tries again (internal/maintain/partitions.go).
@@ -59,11 +61,13 @@ const (
 	detachAsyncCommitSQL = `SET LOCAL synchronous_commit = off`
 
 	// The produced table is not partitioned: its rows of the range go first, by the range's bounds.
-	deleteProducedSQL   = `DELETE FROM "{table}_produced" WHERE message_id >= $1 AND message_id < $2`
-	detachPartitionSQL  = `ALTER TABLE "{table}" DETACH PARTITION "{partition}"`
-	dropPartitionSQL    = `DROP TABLE IF EXISTS "{partition}"`
-	partitionNameSuffix = `\_p________t____` // a LIKE pattern of the suffix the inbox's partition names have
+	deleteProducedSQL  = `DELETE FROM {table}_produced WHERE message_id >= $1 AND message_id < $2`
+	detachPartitionSQL = `ALTER TABLE {table} DETACH PARTITION {partition}`
+	dropPartitionSQL   = `DROP TABLE IF EXISTS {partition}`
 )
+
+// partitionSuffix is the end of the inbox's partition names after the table's (internal/maintain.PartitionName).
+var partitionSuffix = regexp.MustCompile(`^_p[0-9]{8}t[0-9]{4}$`)
 
 // partitionBound is what a bound of a managed partition looks like: a UUID in canonical text.
 var partitionBound = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -73,7 +77,8 @@ var partitionRange = regexp.MustCompile(`^FOR VALUES FROM \('([^']*)'\) TO \('([
 
 // partitionDDL fills one of the partition statements in for p.
 func partitionDDL(template string, p dialect.PartitionParams) string {
-	return fill(template, "{table}", p.Table, "{partition}", p.Name, "{default}", p.Default, "{from}", p.From, "{to}", p.To)
+	return fill(template, map[string]string{"table": p.Table, "partition": p.Name, "default": p.Default},
+		"{from}", p.From, "{to}", p.To)
 }
 
 // PartitionedMigrations gives migration 001 the text of migrations/partitioned/001_inbox.up.sql, which creates the
@@ -98,8 +103,7 @@ func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table strin
 	if err := tx.QueryRow(ctx, partitionKindSQL, quoteIdent(table)).Scan(&l.Partitioned, &l.Now); err != nil || !l.Partitioned {
 		return l, err
 	}
-	pattern := strings.ReplaceAll(table, "_", `\_`) + partitionNameSuffix
-	err = dialect.ScanRows(ctx, tx, partitionsSQL, []any{quoteIdent(table), pattern}, func(r driver.Rows) error {
+	err = dialect.ScanRows(ctx, tx, partitionsSQL, []any{quoteIdent(table), table + "_p"}, func(r driver.Rows) error {
 		var name, bound string
 		if err := r.Scan(&name, &bound); err != nil {
 			return err
@@ -107,7 +111,9 @@ func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table strin
 		if bound == "DEFAULT" {
 			l.Default = name
 		} else if bound == "DETACHED" {
-			l.Detached = append(l.Detached, name)
+			if rest, ok := strings.CutPrefix(name, table); ok && partitionSuffix.MatchString(rest) {
+				l.Detached = append(l.Detached, name)
+			}
 		} else if m := partitionRange.FindStringSubmatch(bound); m != nil {
 			l.Ranges = append(l.Ranges, dialect.PartitionParams{Table: table, Name: name, From: m[1], To: m[2]})
 		}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -49,8 +50,8 @@ func (pg *postgres) sql(template, table string) string { return pg.expand(templa
 
 // expand is the one step that puts names into the dialect's statements, once for each statement and table, then
 // from memory: {table} becomes the inbox table's name, {rel} the relation a cleanup walks (the table, or one of
-// its partitions), and {now_minutes} the database clock as processed_at stores it. The names were validated (lower-
-// case letters, digits and underscores), so they go into the text as they are.
+// its partitions), and {now_minutes} the database clock as processed_at stores it. Names go in as quoted
+// identifiers (fill).
 func (pg *postgres) expand(template, table, rel string) string {
 	key := statementKey{template, table, rel}
 	pg.mu.RLock()
@@ -59,7 +60,8 @@ func (pg *postgres) expand(template, table, rel string) string {
 	if ok {
 		return s
 	}
-	s = fill(template, "{table}", table, "{rel}", rel, "{now_minutes}", nowMinutesSQL)
+	s = fill(template, map[string]string{"table": table, "rel": rel}, "{now_minutes}", nowMinutesSQL,
+		"{utf8}", sessionUTF8SQL)
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	if pg.statements == nil {
@@ -69,11 +71,33 @@ func (pg *postgres) expand(template, table, rel string) string {
 	return s
 }
 
-// fill replaces each placeholder in template with its value, given in pairs: expand and the partitions' DDL, the
-// dialect's one way of putting names into its statements.
-func fill(template string, pairs ...string) string {
-	return strings.NewReplacer(pairs...).Replace(template)
+// namePlaceholder is a name in a statement template: {table}, {rel}, {partition} or {default}, with the suffix
+// that makes it the name of a side table, an index or a function ({table}_consumers).
+var namePlaceholder = regexp.MustCompile(`\{(table|rel|partition|default)\}([a-z_]*)`)
+
+// fill is the dialect's one way of putting names into its statements: each name placeholder becomes the name
+// names gives it, with its suffix, as a quoted identifier; then each other placeholder of pairs (given as
+// placeholder, text) becomes its text, which is SQL of the dialect's own or a bound checked by its caller. The
+// names were validated (lower-case letters, digits and underscores) or read from the catalog; quoting them makes
+// them mean exactly themselves either way.
+func fill(template string, names map[string]string, pairs ...string) string {
+	s := namePlaceholder.ReplaceAllStringFunc(template, func(m string) string {
+		sub := namePlaceholder.FindStringSubmatch(m)
+		return quoteIdent(names[sub[1]] + sub[2])
+	})
+	if len(pairs) == 0 {
+		return s
+	}
+	return strings.NewReplacer(pairs...).Replace(s)
 }
+
+// sessionUTF8SQL is 1 on a session whose text parameters reach the table as the inbox sent them, and 0 on one whose
+// client_encoding would convert them: the inbox sends UTF-8, as lib/pq and pgx do, and a session switched to another
+// encoding (SET client_encoding, by a handler or a pool hook on a pooled connection) would have the server read the
+// bytes of an event ID in that encoding and store another ID, which could then meet another message's row. The
+// statements that send an ID divide the consumer's id by it: division_by_zero, which no other statement of the
+// inbox can raise, is Classify's ClientEncoding, before anything is written. A SQL_ASCII database converts nothing.
+const sessionUTF8SQL = `(current_setting('client_encoding') = 'UTF8' OR current_setting('server_encoding') = 'SQL_ASCII')::int`
 
 // nowMinutesSQL is the database clock as processed_at stores it: whole minutes since 1970, rounded down.
 const nowMinutesSQL = `(floor(extract(epoch FROM now()) / 60))::integer`
@@ -142,5 +166,7 @@ func nullable(raw []byte) any {
 	return string(raw)
 }
 
-// quoteIdent double-quotes a validated name, with or without a suffix; such a name holds no quote to escape.
-func quoteIdent(name string) string { return `"` + name + `"` }
+// quoteIdent spells name as a PostgreSQL quoted identifier: in double quotes, each double quote in it doubled. Such an
+// identifier means exactly its characters, whatever they are, and never ends early. (The dialect's package may
+// not import a client library, whose quoting functions do the same.)
+func quoteIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }

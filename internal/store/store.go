@@ -314,6 +314,8 @@ func (s *Store) wrap(op, consumer, id string, err error) error {
 		if op == "claim" {
 			return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClaimLostLock, err)
 		}
+	case dialect.ClientEncoding:
+		return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClientEncoding, err)
 	case dialect.StaleConsumer:
 		// Every id is forgotten, not only this consumer's: the table that renumbered one renumbered them all.
 		s.ids.Clear()

@@ -13,10 +13,11 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 )
 
-// Over lib/pq the inbox's own statements go with their arguments written into their text: each is one round trip
-// where lib/pq spends two on a statement with arguments. The handler's statement below has no arguments, so every
-// round trip counted is one statement of the message's path.
-func TestLibpq_EachOfTheInboxsStatementsIsOneRoundTrip(t *testing.T) {
+// Over lib/pq the inbox's own statements go with bind parameters, never with values in their text, and lib/pq
+// spends two round trips on a statement with parameters: the server parses and describes it, then binds and runs
+// it. The handler's statement below has no arguments (one round trip), so the count shows what the inbox's own
+// statements cost.
+func TestLibpq_TheInboxsStatementsGoWithParametersInTwoRoundTripsEach(t *testing.T) {
 	var counted trips
 	db := openCountedDB(t, &counted)
 	b := newBundle(t)
@@ -52,18 +53,18 @@ func TestLibpq_EachOfTheInboxsStatementsIsOneRoundTrip(t *testing.T) {
 	for k := range ids {
 		ids[k] = "evt-" + strconv.Itoa(k)
 	}
-	require.Equal(t, 4.0, perMessage(credit, ids...), "BEGIN, the claim, the handler's UPDATE, COMMIT")
-	require.Equal(t, 4.0, perMessage(credit, ids...), "a copy: BEGIN, the claim, reading the row, ROLLBACK")
+	require.Equal(t, 5.0, perMessage(credit, ids...), "BEGIN, the claim in two, the handler's UPDATE, COMMIT")
+	require.Equal(t, 6.0, perMessage(credit, ids...), "a copy: BEGIN, the claim in two, reading the row in two, ROLLBACK")
 	for k := range ids {
 		ids[k] = "told-" + strconv.Itoa(k)
 	}
-	require.Equal(t, 5.0, perMessage(creditAndTell, ids...), "BEGIN, the claim, the UPDATE, storing what it produced, COMMIT")
-	require.Equal(t, 4.0, perMessage(creditAndTell, ids...), "a copy, with its produced message read along")
+	require.Equal(t, 7.0, perMessage(creditAndTell, ids...), "BEGIN, the claim in two, the UPDATE, storing what it produced in two, COMMIT")
+	require.Equal(t, 6.0, perMessage(creditAndTell, ids...), "a copy, with its produced message read along")
 	require.Equal(t, 2*n+1, b.Balance(t))
 }
 
-// The IDs below are written into the inbox's statements as literals over lib/pq: each must reach the table exactly
-// as it came, be applied once, and be found again by its copy.
+// The IDs below look like SQL: each must reach the table exactly as it came, be applied once, and be found again by
+// its copy.
 func TestLibpq_OddIDsAreStoredAsTheyCame(t *testing.T) {
 	ids := []string{
 		`it's`, `back\slash`, `\`, `'`, `''`, `\'; DROP TABLE accounts; --`, `$1`, `$2$1`, `E'x'`, `"char"`,
