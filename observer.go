@@ -175,7 +175,8 @@ type NackEvent struct {
 	// not be applied and there is no dead-letter topic; "dead_letter_failed" when publishing to it failed;
 	// "schema" when the inbox table is missing or not of the shape the inbox needs; "config" for a configuration
 	// fault, such as a handler name that cannot be a consumer name; "consumer_ids" when the table has no id left
-	// for a new consumer name (ErrConsumerIDsExhausted); "database" when checking the schema failed.
+	// for a new consumer name (ErrConsumerIDsExhausted); "client_encoding" when a PostgreSQL session's
+	// client_encoding is not UTF8 (ErrClientEncoding); "database" when checking the schema failed.
 	Reason string
 	// Delay is how long the message is held before the nack (the reject delay).
 	Delay time.Duration

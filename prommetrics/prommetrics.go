@@ -107,7 +107,7 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 			"Messages published to the dead-letter topic, by reason (missing_id, invalid_id, attempts_exhausted, ...).", "consumer", "reason"),
 		nacks: counter("watermill_inbox_nacks_total",
 			"Messages the inbox held back for the reject delay, by reason: unusable ones without a dead-letter topic "+
-				"(missing_id, attempts_exhausted, ...), dead_letter_failed, schema, config, consumer_ids, database.", "consumer", "reason"),
+				"(missing_id, attempts_exhausted, ...), dead_letter_failed, schema, config, consumer_ids, client_encoding, database.", "consumer", "reason"),
 		takeovers: counter("watermill_inbox_lease_takeovers_total",
 			"Lease-mode messages taken over from a holder whose lease had expired: it died or hung mid-handler.", "consumer"),
 		leasesLost: counter("watermill_inbox_leases_lost_total",
