@@ -18,7 +18,7 @@ func (e pgError) SQLState() string { return string(e) }
 func TestStoreWrap_BlamesTheEventIDOnlyWhereItIsTheOneUncheckedInput(t *testing.T) {
 	t.Parallel()
 	s := New(postgres.Dialect(), "watermill_inbox", nil)
-	refusals := []pgError{"22P02", "22021", "54000"}
+	refusals := []pgError{"22P02", "54000"}
 
 	for _, op := range []string{"claim", "claim lease"} {
 		for _, code := range refusals {
@@ -35,4 +35,20 @@ func TestStoreWrap_BlamesTheEventIDOnlyWhereItIsTheOneUncheckedInput(t *testing.
 		}
 	}
 	require.ErrorIs(t, s.wrap("store produced messages", "c", "evt-1", pgError("42P01")), ErrSchemaMissing)
+}
+
+// An ID the inbox checked as UTF-8 that the server read in another encoding, or the claim's check of the session's
+// encoding, is the session's fault, never the ID's: whatever the statement, it is ErrClientEncoding, and the message
+// is held back instead of dead-lettered.
+func TestStoreWrap_BlamesTheSessionsEncodingNotTheEventID(t *testing.T) {
+	t.Parallel()
+	s := New(postgres.Dialect(), "watermill_inbox", nil)
+	for _, op := range []string{"claim", "claim lease", "store produced messages", "finish claim", "complete lease"} {
+		for _, code := range []pgError{"22012", "22021"} {
+			err := s.wrap(op, "wallet-credits", "evt-1", code)
+			require.ErrorIs(t, err, ErrClientEncoding, "%s %s", op, code)
+			require.False(t, errors.Is(err, ErrInvalidEventID), "%s %s", op, code)
+			require.ErrorIs(t, err, code, "the driver error is kept")
+		}
+	}
 }
