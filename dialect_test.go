@@ -60,7 +60,7 @@ func TestPostgresClassifiesBySQLSTATE(t *testing.T) {
 	for code, want := range map[string]dialect.ErrorKind{
 		"42P01": dialect.NoTable,
 		"22P02": dialect.IDRefused, "54000": dialect.IDRefused,
-		"22012": dialect.ClientEncoding, "22021": dialect.ClientEncoding,
+		"22012": dialect.ClientEncoding, "22021": dialect.Untranslatable, "22P05": dialect.Untranslatable,
 		"22001": dialect.ValueRefused, "23514": dialect.ValueRefused,
 		"40001": dialect.SerializationFailure, "40P01": dialect.LockConflict,
 		"26000": dialect.StatementMissing, "42P05": dialect.StatementMissing, "23505": dialect.Other,

@@ -22,6 +22,8 @@ var ErrInvalidEventID = store.ErrInvalidEventID
 // the event ID sent as UTF-8 in that encoding and store another ID, which could meet another message's row, so the
 // inbox's statements refuse such a session before they write anything. The handler does not run; the middleware
 // nacks the message after the reject delay and never dead-letters it: the message is fine, the connection is not.
+// A database whose own encoding is neither UTF8 nor SQL_ASCII and has no character for one of an ID's is reported
+// the same way, since the server's error does not tell the two apart.
 var ErrClientEncoding = store.ErrClientEncoding
 
 // ErrInvalidOption reports an option that cannot work. It is returned by New and Migrate, and Middleware panics

@@ -225,6 +225,10 @@ const (
 	// a PostgreSQL session whose client_encoding was switched from UTF8. Nothing was written; the same statement on
 	// a session of the right encoding succeeds.
 	ClientEncoding
+	// Untranslatable is text the database could not convert between the session's encoding and its own: on a
+	// session whose encoding was switched, an event ID or a consumer name the inbox checked as UTF-8 (the session's
+	// fault, as ClientEncoding is); in produced messages, a character the database cannot store.
+	Untranslatable
 )
 
 // Retryable reports whether a transaction that failed with k may run again.

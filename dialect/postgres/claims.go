@@ -76,7 +76,8 @@ const (
 	// they describe, and can be sent again when the router's publish after the commit fails. The produced
 	// table has no foreign key to the inbox (007 says why), so a row deleted by hand may have left its
 	// produced messages behind: the claim that follows replaces them rather than failing on them.
-	saveSQL = `INSERT INTO {table}_produced (message_id, consumer_id, produced) VALUES ($2, $1 / {utf8}, $3)
+	saveSQL = `INSERT INTO {table}_produced (message_id, consumer_id, produced)
+		VALUES ($2, $1 / {utf8}, convert_from($3::bytea, 'UTF8')::jsonb)
 		ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced`
 
 	// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
@@ -88,8 +89,8 @@ const (
 	// count tells the caller which.
 	finishSQL = `WITH saved AS (
 			INSERT INTO {table}_produced (message_id, consumer_id, produced)
-			SELECT message_id, consumer_id, $3::jsonb FROM {table}
-			WHERE message_id = $2 AND consumer_id = $1 AND state = 'a' AND $3::jsonb IS NOT NULL
+			SELECT message_id, consumer_id, convert_from($3::bytea, 'UTF8')::jsonb FROM {table}
+			WHERE message_id = $2 AND consumer_id = $1 AND state = 'a' AND $3::bytea IS NOT NULL
 			ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 		)
 		UPDATE {table} SET state = 'd' WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND state = 'a'`

@@ -16,10 +16,14 @@ func classify(err error) dialect.ErrorKind {
 	switch {
 	case code == "42P01": // undefined_table
 		return dialect.NoTable
-	// division_by_zero, which only the check of the session's encoding raises (sessionUTF8SQL), and
-	// character_not_in_repertoire: an ID the inbox checked as UTF-8 that the server read in another encoding
-	case code == "22012" || code == "22021":
+	// division_by_zero, which only the check of the session's encoding raises (sessionUTF8SQL)
+	case code == "22012":
 		return dialect.ClientEncoding
+	// character_not_in_repertoire and untranslatable_character: for text the inbox checked as UTF-8, the server read
+	// it in the session's other encoding before that check could run and found no character for its bytes (or, in a
+	// database of an encoding other than UTF8 and SQL_ASCII, has none for one of its characters)
+	case code == "22021" || code == "22P05":
+		return dialect.Untranslatable
 	// invalid_text_representation (a uuid column), program_limit_exceeded (index row size)
 	case code == "22P02" || code == "54000":
 		return dialect.IDRefused

@@ -12,8 +12,11 @@ import (
 
 // The consumers table (migrations/007_compact.up.sql): each consumer's name, once, and the id its rows carry.
 const (
-	// A consumer's id, when its name is registered: what nearly every process start finds, with no lock.
-	consumerFindSQL = `SELECT id FROM {table}_consumers WHERE name = $1`
+	// A consumer's id, when its name is registered: what nearly every process start finds, with no lock. Its
+	// check of the session's encoding (sessionUTF8SQL), a condition on no column, runs before the lookup (PostgreSQL
+	// plans it as a one-time filter): a name read in another encoding would be looked up, and registered, as
+	// another name.
+	consumerFindSQL = `SELECT id FROM {table}_consumers WHERE name = $1 AND 1 / {utf8} = 1`
 
 	// Registers a name that consumerFindSQL did not find, and returns its id (migrations/007_compact.up.sql),
 	// once per consumer and process. The ids are smallints, 32,767 per table, and an INSERT draws the next one
@@ -27,7 +30,7 @@ const (
 	consumerIDSQL = `WITH known AS (
 			SELECT id FROM {table}_consumers WHERE name = $1
 		), registered AS (
-			INSERT INTO {table}_consumers (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM known)
+			INSERT INTO {table}_consumers (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM known) AND 1 / {utf8} = 1
 			ON CONFLICT (name) DO NOTHING RETURNING id
 		)
 		SELECT id FROM known UNION ALL SELECT id FROM registered`

@@ -78,7 +78,7 @@ const (
 			RETURNING message_id, consumer_id
 		), saved AS (
 			INSERT INTO {table}_produced (message_id, consumer_id, produced)
-			SELECT message_id, consumer_id, $4::jsonb FROM done WHERE $4::jsonb IS NOT NULL
+			SELECT message_id, consumer_id, convert_from($4::bytea, 'UTF8')::jsonb FROM done WHERE $4::bytea IS NOT NULL
 			ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 		)
 		SELECT 1 FROM done`

@@ -156,14 +156,15 @@ func scanTrue(row driver.Row) (bool, error) {
 	return dialect.Found(row, &ok)
 }
 
-// nullable turns no produced messages into SQL NULL, and others into a text parameter for the jsonb column: as
-// []byte, drivers send bytea, and those that send it in binary format (lib/pq with binary_parameters=yes) would
-// hand jsonb a value without its binary version header.
+// nullable turns no produced messages into SQL NULL, and others into a bytea parameter, which the statements turn
+// into jsonb with convert_from: bytea's text form is ASCII and its binary form raw bytes, so no client_encoding of
+// the session changes it on the way (a text parameter would be read in that encoding), and convert_from checks it is
+// UTF-8. A nil slice would be an empty bytea, not NULL.
 func nullable(raw []byte) any {
 	if raw == nil {
 		return nil
 	}
-	return string(raw)
+	return raw
 }
 
 // quoteIdent spells name as a PostgreSQL quoted identifier: in double quotes, each double quote in it doubled. Such an

@@ -21,7 +21,7 @@ var (
 // ErrClientEncoding is a statement the database refused because the connection's session would have read the
 // inbox's text in another encoding than UTF-8: its client_encoding was switched (SET client_encoding) after the
 // client library connected. The inbox package exports it and documents it there.
-var ErrClientEncoding = errors.New("inbox: the connection's client_encoding is not UTF8, so the database would not store the event ID and consumer name as sent; reset it (RESET client_encoding) where it was changed")
+var ErrClientEncoding = errors.New("inbox: the database would not store the event ID as sent: the connection's client_encoding is not UTF8 (reset it where it was changed: RESET client_encoding), or the database's encoding has no character for one of the ID's")
 
 // ErrStaleConsumer is a claim that wrote nothing because the consumer's cached id no longer names it: the consumers
 // table was made anew. The ids are forgotten by then, and the message can be claimed again at once, with the id

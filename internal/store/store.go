@@ -62,6 +62,8 @@ func (s *Store) ConsumerID(ctx context.Context, consumer string) (int, error) {
 			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: every id of %s_consumers is taken by a name "+
 				"registered before; give consumers fixed names, and this one a table of its own (WithTable): %w",
 				consumer, s.table, ErrConsumerIDsExhausted, s.table, err)
+		case dialect.ClientEncoding, dialect.Untranslatable:
+			return 0, fmt.Errorf("inbox: register consumer %s: %w: %w", consumer, ErrClientEncoding, err)
 		}
 		return 0, fmt.Errorf("inbox: register consumer %s: %w", consumer, PoolerHint(s.d, err))
 	}
@@ -253,7 +255,7 @@ func (s *Store) Explain(err error) error { return PoolerHint(s.d, err) }
 // (data exceptions, limits, a check constraint) would be refused on every redelivery too: it becomes
 // ErrProducedUnstorable, which the middleware dead-letters instead of running the handler again and again.
 func (s *Store) wrapProduced(op, consumer, id string, err error) error {
-	if k := s.d.Classify(err); k == dialect.IDRefused || k == dialect.ValueRefused {
+	if k := s.d.Classify(err); k == dialect.IDRefused || k == dialect.ValueRefused || k == dialect.Untranslatable {
 		return fmt.Errorf("inbox: %s %s/%s: %w: the database refused them: %w", op, consumer, id, ErrProducedUnstorable, err)
 	}
 	return s.wrap(op, consumer, id, err)
@@ -314,7 +316,7 @@ func (s *Store) wrap(op, consumer, id string, err error) error {
 		if op == "claim" {
 			return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClaimLostLock, err)
 		}
-	case dialect.ClientEncoding:
+	case dialect.ClientEncoding, dialect.Untranslatable:
 		return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClientEncoding, err)
 	case dialect.StaleConsumer:
 		// Every id is forgotten, not only this consumer's: the table that renumbered one renumbered them all.

@@ -44,7 +44,7 @@ func TestStoreWrap_BlamesTheSessionsEncodingNotTheEventID(t *testing.T) {
 	t.Parallel()
 	s := New(postgres.Dialect(), "watermill_inbox", nil)
 	for _, op := range []string{"claim", "claim lease", "store produced messages", "finish claim", "complete lease"} {
-		for _, code := range []pgError{"22012", "22021"} {
+		for _, code := range []pgError{"22012", "22021", "22P05"} {
 			err := s.wrap(op, "wallet-credits", "evt-1", code)
 			require.ErrorIs(t, err, ErrClientEncoding, "%s %s", op, code)
 			require.False(t, errors.Is(err, ErrInvalidEventID), "%s %s", op, code)
