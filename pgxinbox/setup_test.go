@@ -28,11 +28,17 @@ func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 // openPoolIn is openPool with the pool's statements sent in mode (pgx's default is QueryExecModeCacheStatement).
 func openPoolIn(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgxpool.Pool {
 	t.Helper()
+	return openPoolWith(t, dsn, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = mode })
+}
+
+// openPoolWith is openPool with the pool's configuration, of at most 10 connections, changed by configure.
+func openPoolWith(t testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	inboxtest.SkipWhenShort(t, "PostgreSQL")
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
 	cfg.MaxConns = 10
-	cfg.ConnConfig.DefaultQueryExecMode = mode
+	configure(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -77,7 +77,7 @@ const (
 	// table has no foreign key to the inbox (007 says why), so a row deleted by hand may have left its
 	// produced messages behind: the claim that follows replaces them rather than failing on them.
 	saveSQL = `INSERT INTO {table}_produced (message_id, consumer_id, produced)
-		VALUES ($2, $1 / {utf8}, convert_from($3::bytea, 'UTF8')::jsonb)
+		VALUES ({id}, $1 / {utf8}, convert_from($3::bytea, 'UTF8')::jsonb)
 		ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced`
 
 	// Runs only for a claim made 'applying' in a transaction the inbox does not commit, once the handler
@@ -90,10 +90,10 @@ const (
 	finishSQL = `WITH saved AS (
 			INSERT INTO {table}_produced (message_id, consumer_id, produced)
 			SELECT message_id, consumer_id, convert_from($3::bytea, 'UTF8')::jsonb FROM {table}
-			WHERE message_id = $2 AND consumer_id = $1 AND state = 'a' AND $3::bytea IS NOT NULL
+			WHERE message_id = {id} AND consumer_id = $1 AND state = 'a' AND $3::bytea IS NOT NULL
 			ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 		)
-		UPDATE {table} SET state = 'd' WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND state = 'a'`
+		UPDATE {table} SET state = 'd' WHERE message_id = {id} AND consumer_id = $1 / {utf8} AND state = 'a'`
 
 	// Runs only when a transaction-mode claim found a row that lease mode left: a consumer switched modes,
 	// or shares a table with a lease-mode handler of the same name. It takes the row, as $3, when lease mode
@@ -240,12 +240,14 @@ func (pg *postgres) ReadRow(ctx context.Context, q driver.Executor, p dialect.Ro
 }
 
 func (pg *postgres) SaveProduced(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) error {
-	_, err := tx.Exec(ctx, pg.sql(saveSQL, p.Table), p.ConsumerID, p.ID, nullable(p.Produced))
+	query, id := pg.withID(saveSQL, p.Table, p.ID)
+	_, err := tx.Exec(ctx, query, p.ConsumerID, id, nullable(p.Produced))
 	return err
 }
 
 func (pg *postgres) Finish(ctx context.Context, tx driver.Executor, p dialect.ProducedParams) (bool, error) {
-	n, err := tx.Exec(ctx, pg.sql(finishSQL, p.Table), p.ConsumerID, p.ID, nullable(p.Produced))
+	query, id := pg.withID(finishSQL, p.Table, p.ID)
+	n, err := tx.Exec(ctx, query, p.ConsumerID, id, nullable(p.Produced))
 	return n == 1, err
 }
 

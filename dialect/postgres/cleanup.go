@@ -190,7 +190,7 @@ func (pg *postgres) CleanupSummarize(ctx context.Context, tx driver.Executor, p 
 
 // walked expands one of the walk's statements for the relation it cleans: the table, or the partition p names.
 func (pg *postgres) walked(template string, p dialect.CleanupPagesParams) string {
-	return pg.expand(template, p.Table, walkedRel(p))
+	return pg.expand(template, p.Table, walkedRel(p), idAsText)
 }
 
 // walkedRel names the relation a walk cleans: the table, or the partition p names. The walk's statements take it

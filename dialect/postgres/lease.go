@@ -63,18 +63,18 @@ const (
 	// lease was taken over, the old holder's write matches no row, returns none, and it learns that it lost
 	// the lease.
 	leaseExtendSQL = `UPDATE {table} SET locked_until = now() + $4 * interval '1 millisecond'
-		WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
+		WHERE message_id = {id} AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 		RETURNING 1`
-	leaseReleaseSQL = `UPDATE {table} SET state = 'r', locked_until = NULL, last_error = $4,
+	leaseReleaseSQL = `UPDATE {table} SET state = 'r', locked_until = NULL, last_error = convert_from($4::bytea, 'UTF8'),
 			processed_at = {now_minutes}
-		WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
+		WHERE message_id = {id} AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 		RETURNING 1`
 
 	// Marks 'done' and stores the produced messages, if any, in one statement: a crash cannot leave a 'done'
 	// row whose messages were never stored, which a redelivery would then skip without sending them.
 	leaseCompleteSQL = `WITH done AS (
 			UPDATE {table} SET state = 'd', locked_until = NULL, processed_at = {now_minutes}
-			WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
+			WHERE message_id = {id} AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 			RETURNING message_id, consumer_id
 		), saved AS (
 			INSERT INTO {table}_produced (message_id, consumer_id, produced)
@@ -82,9 +82,9 @@ const (
 			ON CONFLICT (message_id, consumer_id) DO UPDATE SET produced = excluded.produced
 		)
 		SELECT 1 FROM done`
-	leaseFailSQL = `UPDATE {table} SET state = 'f', locked_until = NULL, last_error = $4,
+	leaseFailSQL = `UPDATE {table} SET state = 'f', locked_until = NULL, last_error = convert_from($4::bytea, 'UTF8'),
 			processed_at = {now_minutes}
-		WHERE message_id = $2 AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
+		WHERE message_id = {id} AND consumer_id = $1 / {utf8} AND lease_token = $3 AND state = 'p'
 		RETURNING 1`
 )
 
@@ -115,7 +115,7 @@ func (pg *postgres) ExtendLease(ctx context.Context, tx driver.Executor, p diale
 }
 
 func (pg *postgres) ReleaseLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
-	return pg.leaseWrite(ctx, tx, leaseReleaseSQL, p, p.Arg)
+	return pg.leaseWrite(ctx, tx, leaseReleaseSQL, p, asBytes(p.Arg))
 }
 
 func (pg *postgres) CompleteLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
@@ -124,14 +124,15 @@ func (pg *postgres) CompleteLease(ctx context.Context, tx driver.Executor, p dia
 }
 
 func (pg *postgres) FailLease(ctx context.Context, tx driver.Executor, p dialect.LeaseWriteParams) (bool, error) {
-	return pg.leaseWrite(ctx, tx, leaseFailSQL, p, p.Arg)
+	return pg.leaseWrite(ctx, tx, leaseFailSQL, p, asBytes(p.Arg))
 }
 
 // leaseWrite runs one of the holder's compare-and-set writes, each of which returns a row when it matched. Each is
 // the only statement of its transaction.
 func (pg *postgres) leaseWrite(ctx context.Context, tx driver.Executor, template string, p dialect.LeaseWriteParams, arg any) (bool, error) {
 	var one int
-	err := tx.QueryRow(ctx, pg.sql(template, p.Table), p.ConsumerID, p.ID, p.Token, arg).Scan(&one)
+	query, id := pg.withID(template, p.Table, p.ID)
+	err := tx.QueryRow(ctx, query, p.ConsumerID, id, p.Token, arg).Scan(&one)
 	if errors.Is(err, driver.ErrNoRows) {
 		return false, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -42,18 +43,28 @@ type postgres struct {
 	reads      sync.Map                // batchKey -> string: ReadRows of one table and count of IDs
 }
 
-// statementKey names a statement expanded for one table, and one relation of it that a cleanup walks.
-type statementKey struct{ template, table, rel string }
+// statementKey names a statement expanded for one table, one relation of it that a cleanup walks, and the way the
+// statement reads the event ID it is sent after a handler ran (sentID).
+type statementKey struct{ template, table, rel, id string }
 
 // sql returns the statement template for table.
-func (pg *postgres) sql(template, table string) string { return pg.expand(template, table, table) }
+func (pg *postgres) sql(template, table string) string {
+	return pg.expand(template, table, table, idAsText)
+}
+
+// withID returns the statement template for table, which reads the event ID as {id}, and the argument to send as
+// that ID: see sentID.
+func (pg *postgres) withID(template, table, id string) (query string, arg any) {
+	expr, arg := sentID(id)
+	return pg.expand(template, table, table, expr), arg
+}
 
 // expand is the one step that puts names into the dialect's statements, once for each statement and table, then
 // from memory: {table} becomes the inbox table's name, {rel} the relation a cleanup walks (the table, or one of
 // its partitions), and {now_minutes} the database clock as processed_at stores it. Names go in as quoted
 // identifiers (fill).
-func (pg *postgres) expand(template, table, rel string) string {
-	key := statementKey{template, table, rel}
+func (pg *postgres) expand(template, table, rel, id string) string {
+	key := statementKey{template, table, rel, id}
 	pg.mu.RLock()
 	s, ok := pg.statements[key]
 	pg.mu.RUnlock()
@@ -61,7 +72,7 @@ func (pg *postgres) expand(template, table, rel string) string {
 		return s
 	}
 	s = fill(template, map[string]string{"table": table, "rel": rel}, "{now_minutes}", nowMinutesSQL,
-		"{utf8}", sessionUTF8SQL)
+		"{utf8}", sessionUTF8SQL, "{id}", id)
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	if pg.statements == nil {
@@ -98,6 +109,28 @@ func fill(template string, names map[string]string, pairs ...string) string {
 // statements that send an ID divide the consumer's id by it: division_by_zero, which no other statement of the
 // inbox can raise, is Classify's ClientEncoding, before anything is written. A SQL_ASCII database converts nothing.
 const sessionUTF8SQL = `(current_setting('client_encoding') = 'UTF8' OR current_setting('server_encoding') = 'SQL_ASCII')::int`
+
+// The check runs only once a statement's parameters were read, and a text parameter the session's encoding cannot
+// read fails earlier, while it is bound: on a claim, whose one text is the ID, that is the session's fault too. The
+// statements after a handler, which may have switched the session, must meet the check whatever the session: they
+// read the ID as {id} (sentID) and the error text from a bytea (asBytes), so that binding converts nothing it could
+// fail on, and what convert_from or jsonb then refuses is the value's own fault.
+const (
+	idAsText  = `$2`                              // the ID sent as text, of message_id's type (text or uuid)
+	idAsBytes = `convert_from($2::bytea, 'UTF8')` // the ID sent as UTF-8 bytes, into text
+)
+
+// sentID returns how a statement after a handler reads the event ID in $2, and the argument to send. An ASCII ID goes
+// as text, which every client encoding reads as itself and which takes message_id's type, text or uuid; any other
+// goes as bytes, which no client encoding reads at all, and can only be the ID of a text column (a uuid is ASCII).
+func sentID(id string) (expr string, arg any) {
+	for i := range len(id) {
+		if id[i] >= utf8.RuneSelf {
+			return idAsBytes, []byte(id)
+		}
+	}
+	return idAsText, id
+}
 
 // nowMinutesSQL is the database clock as processed_at stores it: whole minutes since 1970, rounded down.
 const nowMinutesSQL = `(floor(extract(epoch FROM now()) / 60))::integer`
@@ -165,6 +198,15 @@ func nullable(raw []byte) any {
 		return nil
 	}
 	return raw
+}
+
+// asBytes sends a stored error text in a bytea parameter, for a statement that reads it with
+// convert_from($n::bytea, 'UTF8'): see nullable and sessionUTF8SQL. Any other value is sent as it is.
+func asBytes(v any) any {
+	if s, ok := v.(string); ok {
+		return []byte(s)
+	}
+	return v
 }
 
 // quoteIdent spells name as a PostgreSQL quoted identifier: in double quotes, each double quote in it doubled. Such an

@@ -106,3 +106,16 @@ func TestPartitionSuffix_MatchesOnlyTheInboxsOwnNames(t *testing.T) {
 		require.False(t, partitionSuffix.MatchString(rest), rest)
 	}
 }
+
+func TestWithID_AnIDThatIsNotASCIIIsSentAsBytesSoNoSessionEncodingReadsIt(t *testing.T) {
+	t.Parallel()
+	pg := &postgres{}
+	query, arg := pg.withID(leaseReleaseSQL, "billing", "evt-1")
+	require.Contains(t, query, "WHERE message_id = $2 AND")
+	require.Equal(t, "evt-1", arg, "ASCII reads the same in every encoding, and $2 takes message_id's type")
+
+	query, arg = pg.withID(leaseReleaseSQL, "billing", "\u0081\\'")
+	require.Contains(t, query, "WHERE message_id = convert_from($2::bytea, 'UTF8') AND")
+	require.Equal(t, []byte("\u0081\\'"), arg)
+	require.NotContains(t, query, "{id}")
+}

@@ -78,9 +78,12 @@ func (s *Store) Fenced(ctx context.Context, pool driver.Pool, lop LeaseOp, consu
 		held, err = write(ctx, tx, dialect.LeaseWriteParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Arg: arg})
 		return err
 	})
-	switch {
-	case s.d.Classify(err) == dialect.NoTable:
+	switch kind := s.d.Classify(err); {
+	case kind == dialect.NoTable:
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
+	case kind == dialect.ClientEncoding:
+		// The handler, or whoever shares the pool, switched the session's encoding: nothing was written.
+		return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClientEncoding, err)
 	case err != nil && stores:
 		return s.wrapProduced(op, consumer, id, err) // the produced messages are the one value it adds
 	case err != nil:

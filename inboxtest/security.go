@@ -1,0 +1,883 @@
+package inboxtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	inbox "github.com/effectively-once/watermill-inbox"
+)
+
+// PostgresSecurity proves, over one way of reaching PostgreSQL, that no value from a message, an option or a
+// handler's error runs as SQL or reaches the table changed, whatever a session of the inbox's connection was set to
+// by whoever shares the pool (a handler, a pool hook, the application): its client_encoding, backslash_quote and
+// standard_conforming_strings. A value is stored exactly as it came, or refused: inbox.ErrInvalidEventID for an ID
+// the inbox documents as unstorable; inbox.ErrClientEncoding, the message nacked and never dead-lettered, on a
+// session whose client_encoding is not UTF8 in a database that converts, which is any but SQL_ASCII. A probe table,
+// which the hostile values try to drop, must keep its rows.
+//
+// Every case runs the inbox over a pool of one connection, so that the session a case sets is the session the
+// inbox's statements run on; the cases check that the backend stayed the same. A driver's test package calls
+// Matrix from a test and each Fuzz method from a fuzz test of its own.
+type PostgresSecurity struct {
+	// DSN is the tests' database, of encoding UTF8.
+	DSN string
+	// Driver is the database/sql driver of the pools that set up and read back: "postgres" or "pgx".
+	Driver string
+	// Open opens the inbox's pool of one connection to the database of dsn.
+	Open func(t testing.TB, dsn string) SessionConn
+}
+
+// SessionConn is the inbox's pool of one connection, as a driver reaches it.
+type SessionConn interface {
+	// Exec runs query on the pool, and so on its one connection.
+	Exec(ctx context.Context, query string) error
+	// ExecInTx runs query on the transaction the inbox gave the handler whose context ctx is.
+	ExecInTx(ctx context.Context, query string) error
+	// NewInbox builds an Inbox over the pool.
+	NewInbox(opts ...inbox.Option) (*inbox.Inbox, error)
+	// Backend returns the pid of the connection's server process.
+	Backend(ctx context.Context) (int, error)
+}
+
+// StdSQLSession is a SessionConn over a database/sql pool of one connection.
+func StdSQLSession(db *sql.DB) SessionConn { return stdSession{db} }
+
+type stdSession struct{ db *sql.DB }
+
+func (c stdSession) Exec(ctx context.Context, query string) error {
+	_, err := c.db.ExecContext(ctx, query)
+	return err
+}
+
+func (c stdSession) ExecInTx(ctx context.Context, query string) error {
+	tx, ok := inbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("no *sql.Tx in the handler's context")
+	}
+	_, err := tx.ExecContext(ctx, query)
+	return err
+}
+
+func (c stdSession) NewInbox(opts ...inbox.Option) (*inbox.Inbox, error) {
+	return inbox.New(c.db, opts...)
+}
+
+func (c stdSession) Backend(ctx context.Context) (pid int, err error) {
+	return pid, c.db.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+}
+
+// OpenSessionDB opens a database/sql pool of at most conns connections to dsn with synchronous_commit off (the
+// cases commit a few times each, and what they prove does not depend on a commit surviving a crash of the server),
+// and fails the test, loudly, when it cannot.
+func OpenSessionDB(t testing.TB, driverName, dsn string, conns int) *sql.DB {
+	t.Helper()
+	SkipWhenShort(t, "PostgreSQL")
+	db, err := sql.Open(driverName, WithoutCommitWaits(t, dsn))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		t.Fatalf("PostgreSQL is not reachable at %s through %s (set INBOX_TEST_DATABASE_URL): %v", dsn, driverName, err)
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// WithoutCommitWaits returns dsn with synchronous_commit off in its sessions' options.
+func WithoutCommitWaits(t testing.TB, dsn string) string {
+	t.Helper()
+	const options = "-c synchronous_commit=off"
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " options='" + options + "'"
+	}
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("options", options)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// clientEncodings are the names of every encoding PostgreSQL offers a client (its documentation's table of
+// character sets, the client-only ones included); a server refuses those it cannot convert to its own.
+var clientEncodings = []string{
+	"BIG5", "EUC_CN", "EUC_JP", "EUC_JIS_2004", "EUC_KR", "EUC_TW", "GB18030", "GBK",
+	"ISO_8859_5", "ISO_8859_6", "ISO_8859_7", "ISO_8859_8", "JOHAB", "KOI8R", "KOI8U",
+	"LATIN1", "LATIN2", "LATIN3", "LATIN4", "LATIN5", "LATIN6", "LATIN7", "LATIN8", "LATIN9", "LATIN10",
+	"MULE_INTERNAL", "SJIS", "SHIFT_JIS_2004", "SQL_ASCII", "UHC", "UTF8", "WIN866", "WIN874",
+	"WIN1250", "WIN1251", "WIN1252", "WIN1253", "WIN1254", "WIN1255", "WIN1256", "WIN1257", "WIN1258",
+}
+
+// The client-only encodings in which a byte of 0x5C (a backslash) can be the second byte of a character: an
+// escaper that doubles backslashes byte by byte loses one of them to the character before.
+var backslashEatingEncodings = []string{"SJIS", "BIG5", "GBK", "GB18030"}
+
+// clientOnlyEncodings are the encodings PostgreSQL offers a client but cannot store in: a database of SQL_ASCII,
+// which cannot convert from them, refuses every byte over 0x7F they send.
+var clientOnlyEncodings = []string{"BIG5", "GB18030", "GBK", "JOHAB", "SHIFT_JIS_2004", "SJIS", "UHC"}
+
+var (
+	backslashQuotes   = []string{"on", "off", "safe_encoding"}
+	conformingStrings = []string{"on", "off"}
+)
+
+// secConsumer is the consumer of the cases: the hostile IDs name it, so that a claim they break out of still
+// passes the consumer check and the statement after it runs.
+const secConsumer = "sec"
+
+// probeMarker stands, in a fuzz input, for the name of the probe table of the process that runs it: fuzz workers
+// are processes of their own, each with its own tables, and an input is passed from one to another.
+const probeMarker = "{probe}"
+
+// hostileIDs are event IDs that try to end the string literal they would be spliced into and drop probe: each
+// closes the claim's argument list as the claim of consumer secConsumer would, so that what follows runs.
+func hostileIDs(probe string) map[string]string {
+	tail := ", $$d$$, $$" + secConsumer + "$$); DROP TABLE " + probe + "; --"
+	return map[string]string{
+		// C2 81 5C: in SJIS 81 5C is one character, which takes the first of the two backslashes an escaper
+		// writes; the second then escapes the quote (backslash_quote = on), and the doubled quote's second half
+		// ends the literal.
+		"ABackslashThatSJISSwallows": "\u0081\\'" + tail,
+		// E4 B8 A5 5C: in BIG5 E4 B8 is one character and A5 5C the next, which takes the backslash as above.
+		"ABackslashThatBIG5Swallows": "严\\'" + tail,
+		// E4 B8 81 5C: the same in GBK and GB18030, whose 81 5C is a character.
+		"ABackslashThatGBKSwallows": "丁\\'" + tail,
+		// C2 BF 27: a lead byte before the quote. No encoding of PostgreSQL has a quote as a second byte, so the
+		// doubled quote holds; converted from another encoding the ID would still not be itself.
+		"AQuoteAfterALeadByte": "\u00bf'" + tail,
+		// What a scanner of placeholders must skip, and does not when it knows only '...', "..." and --.
+		"DollarQuotesCommentsAndPlaceholders": "$$ /* ' */ $1 -- \n'); DROP TABLE " + probe + "; -- $2 $$" + tail,
+		// A backslash right before a quote, and one before a backslash: E'...' and '...' read them differently.
+		"ABackslashBeforeAQuote": `\'` + tail + `\\'` + tail,
+	}
+}
+
+// secSession is what a case sets on the session of the inbox's one connection.
+type secSession struct {
+	encoding       string // client_encoding
+	backslashQuote string // backslash_quote: on, off or safe_encoding
+	conforming     string // standard_conforming_strings: on or off
+}
+
+func (s secSession) String() string {
+	return fmt.Sprintf("client_encoding=%s,backslash_quote=%s,standard_conforming_strings=%s", s.encoding, s.backslashQuote, s.conforming)
+}
+
+// inUTF8 is s with client_encoding UTF8: the session put right.
+func (s secSession) inUTF8() secSession { s.encoding = "UTF8"; return s }
+
+// apply sets s with exec, client_encoding last (each statement is ASCII, the same in every encoding).
+func (s secSession) apply(ctx context.Context, exec func(ctx context.Context, query string) error) error {
+	for _, q := range []string{
+		"SET backslash_quote = " + s.backslashQuote,
+		"SET standard_conforming_strings = " + s.conforming,
+		"SET client_encoding = '" + s.encoding + "'",
+	} {
+		if err := exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// fuzzEncodings are the client encodings the fuzz tests pick from: UTF8, those whose second bytes take a
+// backslash, and a few that convert without that.
+var fuzzEncodings = []string{"UTF8", "SJIS", "BIG5", "GBK", "GB18030", "UHC", "SHIFT_JIS_2004", "LATIN1", "EUC_JP", "WIN1251"}
+
+// fuzzSession turns a fuzz test's numbers into a session.
+func fuzzSession(encoding, quote uint8, conforming bool) secSession {
+	s := secSession{encoding: fuzzEncodings[int(encoding)%len(fuzzEncodings)], backslashQuote: backslashQuotes[int(quote)%len(backslashQuotes)], conforming: "off"}
+	if conforming {
+		s.conforming = "on"
+	}
+	return s
+}
+
+// secStage is one database's stage: a Wallet (an inbox table, account 1) reached by a pool of UTF8 sessions that
+// sets up, resets and reads back; the inbox's own pool of one connection; and a probe table of three rows, made
+// before the stage's first case and checked after each.
+type secStage struct {
+	*Wallet
+	conn   Conn
+	admin  *sql.DB
+	db     SessionConn // the inbox's: one connection
+	probe  string
+	server string // the database's server_encoding
+	calls  atomic.Int64
+	// switchTo, when not nil, is the session the switching handlers set before they return.
+	switchTo *secSession
+}
+
+// stage sets up a stage in the database of dsn.
+func (ps PostgresSecurity) stage(t testing.TB, dsn string) *secStage {
+	t.Helper()
+	admin := OpenSessionDB(t, ps.Driver, dsn, 4)
+	st := &secStage{admin: admin, db: ps.Open(t, WithoutCommitWaits(t, dsn)), conn: StdSQL(admin, inbox.OnSQL(admin), PostgreSQL)}
+	st.Wallet = NewWallet(t, st.conn)
+	st.probe = st.Table + "_probe"
+	t.Cleanup(func() {
+		if _, err := admin.Exec(`DROP TABLE IF EXISTS ` + st.probe); err != nil {
+			t.Errorf("drop the probe table: %v", err)
+		}
+	})
+	require.NoError(t, admin.QueryRow(`SELECT current_setting('server_encoding')`).Scan(&st.server))
+	st.makeProbe(t)
+	return st
+}
+
+// refuses reports whether the inbox must refuse to store value on a session set to s, with ErrClientEncoding: on
+// any session not in UTF8, except in a database of SQL_ASCII, which converts nothing, and where only a session in
+// a client-only encoding refuses, and only a value with a byte over 0x7F.
+func (st *secStage) refuses(s secSession, value string) bool {
+	switch {
+	case s.encoding == "UTF8":
+		return false
+	case st.server != "SQL_ASCII":
+		return true
+	}
+	return slices.Contains(clientOnlyEncodings, s.encoding) && strings.ContainsFunc(value, func(r rune) bool { return r >= utf8.RuneSelf })
+}
+
+func (st *secStage) makeProbe(t testing.TB) {
+	t.Helper()
+	_, err := st.admin.Exec(`DROP TABLE IF EXISTS ` + st.probe + `; CREATE TABLE ` + st.probe + ` AS SELECT generate_series(1, 3) AS n`)
+	require.NoError(t, err)
+}
+
+// requireProbeIntact fails unless the probe table holds its three rows; after a failure it makes the table anew,
+// so that the cases after it fail for what they do, not for what this one did.
+func (st *secStage) requireProbeIntact(t testing.TB, what string) {
+	t.Helper()
+	var n int
+	err := st.admin.QueryRow(`SELECT count(*) FROM ` + st.probe).Scan(&n)
+	if err != nil || n != 3 {
+		st.makeProbe(t)
+	}
+	require.NoError(t, err, "%s: the probe table is gone: a value ran as SQL", what)
+	require.Equal(t, 3, n, "%s: the probe table lost rows: a value ran as SQL", what)
+}
+
+// reset empties the inbox table and sets account 1 back to 0.
+func (st *secStage) reset(t testing.TB) {
+	t.Helper()
+	_, err := st.admin.Exec(`DELETE FROM ` + st.Table + `_produced; DELETE FROM ` + st.Table +
+		`; UPDATE ` + st.Accounts + ` SET balance = 0`)
+	require.NoError(t, err)
+}
+
+// set applies s to the inbox's session and returns its backend's pid.
+func (st *secStage) set(t testing.TB, s secSession) int {
+	t.Helper()
+	require.NoError(t, s.apply(context.Background(), st.db.Exec), "%s", s)
+	return st.backend(t)
+}
+
+func (st *secStage) backend(t testing.TB) int {
+	t.Helper()
+	pid, err := st.db.Backend(context.Background())
+	require.NoError(t, err)
+	return pid
+}
+
+// stored returns the event IDs of the inbox table's rows and of its produced messages' rows, sorted, as the
+// database holds their bytes (convert_to in the database's own encoding converts nothing).
+func (st *secStage) stored(t testing.TB) []string {
+	t.Helper()
+	rows, err := st.admin.Query(`SELECT convert_to(message_id, current_setting('server_encoding')) FROM ` + st.Table +
+		` UNION ALL SELECT convert_to(message_id, current_setting('server_encoding')) FROM ` + st.Table + `_produced`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var b []byte
+		require.NoError(t, rows.Scan(&b))
+		out = append(out, string(b))
+	}
+	require.NoError(t, rows.Err())
+	slices.Sort(out)
+	return out
+}
+
+// requireStored fails unless the stored event IDs are want, byte for byte.
+func (st *secStage) requireStored(t testing.TB, what string, want ...string) {
+	t.Helper()
+	got := st.stored(t)
+	if len(want) == 0 {
+		require.Empty(t, got, "%s: nothing is stored", what)
+		return
+	}
+	require.Equal(t, want, got, "%s: stored %q, want %q", what, got, want)
+}
+
+// state reads the state of the row of consumer for id, and whether it has none.
+func (st *secStage) state(t testing.TB, consumer, id string) (state string, found bool) {
+	t.Helper()
+	err := st.admin.QueryRow(`SELECT state FROM `+st.Table+`_view WHERE consumer = $1 AND message_id = $2`, consumer, id).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false
+	}
+	require.NoError(t, err)
+	return state, true
+}
+
+// newInbox builds an Inbox over the stage's one connection with opts, refused messages nacked at once.
+func (st *secStage) newInbox(opts ...inbox.Option) (*inbox.Inbox, error) {
+	return st.db.NewInbox(st.Options(append(opts, inbox.WithRejectDelay(time.Millisecond))...)...)
+}
+
+// inbox builds an Inbox over the stage's one connection, for secConsumer.
+func (st *secStage) inbox(t testing.TB, opts ...inbox.Option) *inbox.Inbox {
+	t.Helper()
+	ib, err := st.newInbox(append([]inbox.Option{inbox.WithConsumer(secConsumer)}, opts...)...)
+	require.NoError(t, err)
+	return ib
+}
+
+// credit is the transaction-mode handler: account 1 gains 1 on the inbox's transaction.
+func (st *secStage) credit(msg *message.Message) ([]*message.Message, error) {
+	st.calls.Add(1)
+	return nil, st.db.ExecInTx(msg.Context(), `UPDATE `+st.Accounts+` SET balance = balance + 1 WHERE id = 1`)
+}
+
+// switchAndProduce is a transaction-mode handler that credits, sets its transaction's session to st.switchTo
+// (SET outlives the statement, and the inbox's statements after the handler run on it), and returns a message
+// that carries the event ID, which the inbox stores with its row under the event ID.
+func (st *secStage) switchAndProduce(msg *message.Message) ([]*message.Message, error) {
+	if _, err := st.credit(msg); err != nil {
+		return nil, err
+	}
+	if st.switchTo != nil {
+		if err := st.switchTo.apply(msg.Context(), st.db.ExecInTx); err != nil {
+			return nil, err
+		}
+	}
+	out := message.NewMessage(watermill.NewUUID(), []byte(`{"credited":1}`))
+	out.Metadata.Set("cause", msg.Metadata.Get(inbox.DefaultIDMetadataKey))
+	return []*message.Message{out}, nil
+}
+
+// leased is the lease-mode handler: it counts its calls and, when st.switchTo says so, sets the inbox's session
+// (lease mode holds no connection while its handler runs), so that the inbox's writes after it run on that; then it
+// returns fail's error, when there is a fail.
+func (st *secStage) leased(fail func() error) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		st.calls.Add(1)
+		if st.switchTo != nil {
+			if err := st.switchTo.apply(msg.Context(), st.db.Exec); err != nil {
+				return nil, err
+			}
+		}
+		if fail != nil {
+			return nil, fail()
+		}
+		return nil, nil
+	}
+}
+
+// documentedInvalidID reports whether inbox.ErrInvalidEventID's documentation refuses id: empty, longer than max,
+// NUL bytes or invalid UTF-8.
+func documentedInvalidID(id string, max int) bool {
+	return id == "" || len(id) > max || !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0
+}
+
+// secMsg returns a message whose metadata carries id as its event ID, even an empty one.
+func secMsg(id string) *message.Message {
+	msg := NewMessage("x")
+	msg.Metadata.Set(inbox.DefaultIDMetadataKey, id)
+	return msg
+}
+
+// Matrix runs the reproducer of a spliced claim under every client_encoding the server lets a session set, every
+// backslash_quote and both standard_conforming_strings, in the tests' database and in one of encoding SQL_ASCII.
+func (ps PostgresSecurity) Matrix(t *testing.T) {
+	SkipWhenShort(t, "PostgreSQL")
+	encodings := ps.settableEncodings(t)
+	// A stage costs a migration and a schema check, several cases' worth: the encodings share a few, one per
+	// encoding running at a time.
+	stages := make(chan *matrixStage, min(runtime.GOMAXPROCS(0), 4))
+	for range cap(stages) {
+		st := ps.matrixStage(t, ps.DSN)
+		require.Equal(t, "UTF8", st.server, "the tests' database converts between encodings")
+		stages <- st
+	}
+	for _, enc := range encodings {
+		t.Run("ClientEncoding"+enc, func(t *testing.T) {
+			t.Parallel()
+			st := <-stages
+			defer func() { stages <- st }()
+			st.runMatrix(t, enc)
+		})
+	}
+	t.Run("InADatabaseOfEncodingSQL_ASCIIWhichConvertsNothing", func(t *testing.T) {
+		t.Parallel()
+		st := ps.matrixStage(t, ps.sqlASCIIDatabase(t))
+		require.Equal(t, "SQL_ASCII", st.server)
+		for _, enc := range []string{"UTF8", "SJIS"} {
+			t.Run("ClientEncoding"+enc, func(t *testing.T) { st.runMatrix(t, enc) })
+		}
+	})
+}
+
+// matrixStage is a stage with the matrix's Inbox: transaction mode, dead letters to dead.
+type matrixStage struct {
+	*secStage
+	h    message.HandlerFunc
+	dead *RecordingPublisher
+}
+
+func (ps PostgresSecurity) matrixStage(t testing.TB, dsn string) *matrixStage {
+	t.Helper()
+	st := &matrixStage{secStage: ps.stage(t, dsn), dead: &RecordingPublisher{}}
+	st.h = st.inbox(t, inbox.WithDeadLetter(st.dead, "dead")).Middleware(st.credit)
+	return st
+}
+
+// runMatrix sends each hostile ID, and a copy, under enc and every backslash_quote and standard_conforming_strings,
+// with the probe table made anew before them.
+func (st *matrixStage) runMatrix(t *testing.T, enc string) {
+	st.makeProbe(t)
+	ids := hostileIDs(st.probe)
+	names := slices.Sorted(maps.Keys(ids))
+	for _, bq := range backslashQuotes {
+		for _, scs := range conformingStrings {
+			s := secSession{encoding: enc, backslashQuote: bq, conforming: scs}
+			for _, name := range names {
+				t.Run(fmt.Sprintf("BackslashQuote_%s_ConformingStrings_%s_%s", bq, scs, name), func(t *testing.T) {
+					st.claimCase(t, s, ids[name])
+				})
+			}
+		}
+	}
+}
+
+// claimCase sends id under s, and then a copy: where the inbox must refuse it (refuses), the message is refused
+// with ErrClientEncoding, nothing stored or dead-lettered, and applied once, exactly, when it comes again on the
+// session put right; anywhere else it is applied once and its ID stored exactly.
+func (st *matrixStage) claimCase(t *testing.T, s secSession, id string) {
+	st.reset(t)
+	calls, dead := st.calls.Load(), len(st.dead.Messages("dead"))
+	pid := st.set(t, s)
+	_, err := st.h(secMsg(id))
+	require.Equal(t, pid, st.backend(t), "the inbox ran on the session the case set")
+	st.requireProbeIntact(t, s.String())
+	if st.refuses(s, id) {
+		require.ErrorIs(t, err, inbox.ErrClientEncoding, "%s", s)
+		require.Equal(t, calls, st.calls.Load(), "the handler did not run")
+		st.requireStored(t, s.String())
+		require.Zero(t, st.Balance(t))
+		require.Len(t, st.dead.Messages("dead"), dead, "a message refused for its session is never dead-lettered")
+		st.set(t, s.inUTF8()) // the nacked message comes again
+		_, err = st.h(secMsg(id))
+		st.requireProbeIntact(t, s.String())
+	}
+	require.NoError(t, err, "%s", s)
+	require.Len(t, st.dead.Messages("dead"), dead, "a valid ID is never dead-lettered")
+	require.Equal(t, calls+1, st.calls.Load(), "applied once")
+	st.requireStored(t, s.String(), id)
+
+	_, err = st.h(secMsg(id)) // a copy
+	require.NoError(t, err)
+	require.Equal(t, calls+1, st.calls.Load(), "the copy is skipped")
+	require.Equal(t, 1, st.Balance(t), "the effect is applied once")
+	st.requireStored(t, s.String(), id)
+	st.requireProbeIntact(t, s.String())
+}
+
+// settableEncodings returns the client encodings of clientEncodings that the server lets a session set, logging the
+// others, and requires the ones whose second bytes take a backslash among them.
+func (ps PostgresSecurity) settableEncodings(t *testing.T) []string {
+	t.Helper()
+	db := OpenSessionDB(t, ps.Driver, ps.DSN, 1)
+	var ok []string
+	for _, enc := range clientEncodings {
+		if _, err := db.Exec(`SET client_encoding = '` + enc + `'`); err != nil {
+			t.Logf("the server refuses client_encoding %s: %v", enc, err)
+			continue
+		}
+		ok = append(ok, enc)
+		_, err := db.Exec(`SET client_encoding = 'UTF8'`)
+		require.NoError(t, err)
+	}
+	for _, enc := range backslashEatingEncodings {
+		require.Contains(t, ok, enc, "a session may set client_encoding %s", enc)
+	}
+	return ok
+}
+
+// sqlASCIIDatabase creates a database of encoding SQL_ASCII on the server of the tests' database, drops it when
+// the test ends, and returns its DSN.
+func (ps PostgresSecurity) sqlASCIIDatabase(t *testing.T) string {
+	t.Helper()
+	db := OpenSessionDB(t, ps.Driver, ps.DSN, 1)
+	name := UniqueName("inbox_sec_ascii")
+	_, err := db.Exec(`CREATE DATABASE ` + name + ` WITH ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if _, err := db.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	dsn, err := withPostgresDatabase(ps.DSN, name)
+	require.NoError(t, err)
+	return dsn
+}
+
+// The paths an event ID takes to SQL, for FuzzEventID.
+const (
+	pathClaim        = iota // transaction mode: the claim, on the session as the input set it
+	pathLeaseClaim          // lease mode: the claim, on that session
+	pathLeaseWrites         // lease mode: the handler sets the session, and the 'done' write runs on it
+	pathProducedSave        // transaction mode: the handler sets its transaction's session and produces a message
+	pathCount
+)
+
+// secSeeds are the strings every fuzz test starts from: the hostile IDs (naming the probe table by probeMarker),
+// NUL bytes, invalid UTF-8, characters of every width, and long strings around the limits.
+func secSeeds() []string {
+	seeds := []string{
+		"evt-1", "", "\x00", "a\x00b", "\xff", "a\xc3", "\xe2\x82", "\xed\xa0\x80", "\xc0\xaf",
+		"\u0081", "\u0081\\", "\\", "'", "''", `\'`, "$$", "$1", "--", "/*", "*/", "ü", "ﾂ―'", "€", "🚀",
+		strings.Repeat("é", 1000), strings.Repeat("a", 255), strings.Repeat("a", 256), strings.Repeat("a", 2000),
+		strings.Repeat("a", 2001), strings.Repeat("\u0081\\'", 300), strings.Repeat("x", 3000),
+		strings.Repeat("a", inbox.MaxStoredErrorBytes-4) + "é€", strings.Repeat("a", inbox.MaxStoredErrorBytes) + "\xff",
+	}
+	for _, id := range slices.Sorted(maps.Values(hostileIDs(probeMarker))) {
+		seeds = append(seeds, id, id+"\x00", id+"\xff")
+	}
+	return seeds
+}
+
+// secSeedSessions are the sessions the seeds run under: the fuzzEncodings indexes of UTF8, SJIS, BIG5, GBK,
+// GB18030 and LATIN1 (the other settings vary below).
+var secSeedSessions = []uint8{0, 1, 2, 3, 4, 7}
+
+// FuzzEventID sends a fuzzed event ID under a fuzzed session along each path of an event ID to SQL: it is stored
+// exactly, or refused as documented, and the probe table keeps its rows.
+func (ps PostgresSecurity) FuzzEventID(f *testing.F) {
+	for n, id := range secSeeds() {
+		enc := secSeedSessions[n%len(secSeedSessions)]
+		for path := range uint8(pathCount) {
+			f.Add(id, enc, uint8(0), n%2 == 0, path)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Values(hostileIDs(probeMarker))) {
+		for _, enc := range secSeedSessions {
+			for quote := range uint8(len(backslashQuotes)) {
+				f.Add(id, enc, quote, quote%2 == 0, uint8(pathClaim))
+			}
+		}
+	}
+	st := ps.stage(f, ps.DSN)
+	const maxID = 2000
+	handlers := [pathCount]message.HandlerFunc{
+		pathClaim:        st.inbox(f, inbox.WithMaxIDLength(maxID)).Middleware(st.credit),
+		pathLeaseClaim:   st.inbox(f, inbox.WithMaxIDLength(maxID), inbox.WithLease(time.Hour)).Middleware(st.leased(nil)),
+		pathLeaseWrites:  st.inbox(f, inbox.WithMaxIDLength(maxID), inbox.WithLease(time.Hour)).Middleware(st.leased(nil)),
+		pathProducedSave: st.inbox(f, inbox.WithMaxIDLength(maxID)).Middleware(st.switchAndProduce),
+	}
+	f.Fuzz(func(t *testing.T, raw string, encoding, quote uint8, conforming bool, path uint8) {
+		id := strings.ReplaceAll(raw, probeMarker, st.probe)
+		s := fuzzSession(encoding, quote, conforming)
+		p := int(path) % pathCount
+		switched := p == pathLeaseWrites || p == pathProducedSave
+		st.reset(t)
+		before := s
+		st.switchTo = nil
+		if switched {
+			before, st.switchTo = s.inUTF8(), &s
+		}
+		defer func() { st.switchTo = nil }()
+		calls := st.calls.Load()
+		pid := st.set(t, before)
+		first, err := handlers[p](secMsg(id))
+		require.Equal(t, pid, st.backend(t), "the inbox ran on the session the input set")
+		what := fmt.Sprintf("%q on path %d under %s", id, p, s)
+		st.requireProbeIntact(t, what)
+		ran := st.calls.Load() - calls
+
+		if documentedInvalidID(id, maxID) {
+			require.ErrorIs(t, err, inbox.ErrInvalidEventID, what)
+			require.Zero(t, ran, "%s: the handler did not run", what)
+			st.requireStored(t, what)
+			return
+		}
+		refused := errors.Is(err, inbox.ErrClientEncoding)
+		switch {
+		case refused && (p == pathClaim || p == pathLeaseClaim):
+			require.True(t, st.refuses(s, id), "%s: refused on a session it may claim on", what)
+			require.Zero(t, ran, "%s: the handler did not run", what)
+			st.requireStored(t, what)
+		case refused && p == pathLeaseWrites:
+			require.True(t, st.refuses(s, id), "%s: refused on a session it may write on", what)
+			require.EqualValues(t, 1, ran, what)
+			st.requireStored(t, what, id)
+			state, _ := st.state(t, secConsumer, id)
+			require.Equal(t, "processing", state, "%s: the lease stays the holder's until it ends", what)
+			return // a copy would wait for the hour-long lease
+		case refused: // pathProducedSave: the transaction rolled back
+			require.True(t, st.refuses(s, id), "%s: refused on a session it may write on", what)
+			require.EqualValues(t, 1, ran, what)
+			st.requireStored(t, what)
+			require.Zero(t, st.Balance(t), "%s: the effect rolled back", what)
+		default:
+			require.NoError(t, err, what)
+			require.True(t, switched || !st.refuses(s, id), "%s: claimed on a session it must refuse", what)
+			require.EqualValues(t, 1, ran, "%s: applied once", what)
+			st.checkApplied(t, what, p, id)
+		}
+
+		// A copy, or the refused message again, on the session put right.
+		st.switchTo = nil
+		st.set(t, s.inUTF8())
+		again, err := handlers[p](secMsg(id))
+		require.NoError(t, err, what)
+		runs := int64(1)
+		if refused {
+			runs += ran // a run whose transaction was refused rolled back, and the message runs again
+		}
+		require.Equal(t, runs, st.calls.Load()-calls, "%s: run once more when refused, skipped when applied", what)
+		st.checkApplied(t, what, p, id)
+		st.requireProbeIntact(t, what)
+		if p == pathProducedSave && !refused {
+			require.Len(t, again, 1)
+			require.Len(t, first, 1)
+			require.Equal(t, first[0].UUID, again[0].UUID, "%s: the copy sends the same message", what)
+			require.Equal(t, first[0].Metadata, again[0].Metadata, "%s: the copy sends the same message", what)
+			require.Equal(t, id, again[0].Metadata.Get("cause"), what)
+		}
+	})
+}
+
+// checkApplied checks what a message applied along path p left: its ID stored exactly (twice with a produced
+// message), the effect once, a lease-mode row done.
+func (st *secStage) checkApplied(t *testing.T, what string, p int, id string) {
+	t.Helper()
+	switch p {
+	case pathClaim:
+		st.requireStored(t, what, id)
+		require.Equal(t, 1, st.Balance(t), what)
+	case pathProducedSave:
+		st.requireStored(t, what, id, id)
+		require.Equal(t, 1, st.Balance(t), what)
+	default:
+		st.requireStored(t, what, id)
+		state, _ := st.state(t, secConsumer, id)
+		require.Equal(t, "done", state, what)
+	}
+}
+
+// documentedInvalidConsumer reports whether WithConsumer's documentation refuses name: not valid UTF-8 of 1 to
+// MaxConsumerLength bytes without NUL.
+func documentedInvalidConsumer(name string) bool {
+	return name == "" || len(name) > inbox.MaxConsumerLength || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0
+}
+
+// FuzzConsumerName names the consumer with a fuzzed name under a fuzzed session, in transaction and lease mode:
+// the name the inbox registers and its rows carry is the name given, or the option is refused.
+func (ps PostgresSecurity) FuzzConsumerName(f *testing.F) {
+	for n, name := range secSeeds() {
+		f.Add(name, secSeedSessions[n%len(secSeedSessions)], uint8(0), n%2 == 0, n%3 == 0)
+	}
+	st := ps.stage(f, ps.DSN)
+	var seq, lastConsumer atomic.Int64
+	f.Fuzz(func(t *testing.T, raw string, encoding, quote uint8, conforming, lease bool) {
+		name := strings.ReplaceAll(raw, probeMarker, st.probe)
+		s := fuzzSession(encoding, quote, conforming)
+		what := fmt.Sprintf("consumer %q under %s", name, s)
+		opts := []inbox.Option{inbox.WithConsumer(name)}
+		h := message.HandlerFunc(st.credit)
+		if lease {
+			opts, h = append(opts, inbox.WithLease(time.Hour)), st.leased(nil)
+		}
+		ib, err := st.newInbox(opts...)
+		if documentedInvalidConsumer(name) {
+			require.ErrorIs(t, err, inbox.ErrInvalidOption, what)
+			return
+		}
+		require.NoError(t, err, what)
+		if lastConsumer.Load() > 32000 { // a table holds 32,767 consumers: go on in a fresh one
+			old := st.Table
+			st.Table = UniqueName("inbox_sec_names")
+			require.NoError(t, inbox.OnSQL(st.admin).Migrate(context.Background(), inbox.WithTable(st.Table)))
+			DropInbox(t, st.conn, old)
+			lastConsumer.Store(0)
+			ib, err = st.newInbox(opts...)
+			require.NoError(t, err)
+		}
+		id := fmt.Sprintf("evt-%d", seq.Add(1))
+		mw := ib.Middleware(h)
+		calls := st.calls.Load()
+		pid := st.set(t, s)
+		_, err = mw(secMsg(id))
+		require.Equal(t, pid, st.backend(t), "the inbox ran on the session the input set")
+		st.requireProbeIntact(t, what)
+		st.requireNewConsumers(t, what, &lastConsumer, name)
+		if !st.refuses(s, name) {
+			require.NoError(t, err, what)
+		} else {
+			require.ErrorIs(t, err, inbox.ErrClientEncoding, what)
+			require.Equal(t, calls, st.calls.Load(), "%s: the handler did not run", what)
+			_, found := st.state(t, name, id)
+			require.False(t, found, "%s: nothing is stored", what)
+			st.set(t, s.inUTF8()) // the nacked message comes again
+			_, err = mw(secMsg(id))
+			require.NoError(t, err, what)
+			st.requireNewConsumers(t, what, &lastConsumer, name)
+		}
+		require.Equal(t, calls+1, st.calls.Load(), "%s: applied once", what)
+		require.Equal(t, name, st.consumerOf(t, id), what)
+		_, err = mw(secMsg(id)) // a copy
+		require.NoError(t, err, what)
+		require.Equal(t, calls+1, st.calls.Load(), "%s: the copy is skipped", what)
+		st.requireProbeIntact(t, what)
+	})
+}
+
+// consumerOf returns, byte for byte, the consumer name the row of id carries.
+func (st *secStage) consumerOf(t testing.TB, id string) string {
+	t.Helper()
+	var b []byte
+	require.NoError(t, st.admin.QueryRow(`SELECT convert_to(consumer, current_setting('server_encoding')) FROM `+
+		st.Table+`_view WHERE message_id = $1`, id).Scan(&b))
+	return string(b)
+}
+
+// requireNewConsumers fails unless every consumer name registered after the id in last is name, byte for byte:
+// a name registered changed would be a value stored other than it came.
+func (st *secStage) requireNewConsumers(t testing.TB, what string, last *atomic.Int64, name string) {
+	t.Helper()
+	rows, err := st.admin.Query(`SELECT id, convert_to(name, current_setting('server_encoding')) FROM `+st.Table+
+		`_consumers WHERE id > $1 ORDER BY id`, last.Load())
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id int64
+			b  []byte
+		)
+		require.NoError(t, rows.Scan(&id, &b))
+		last.Store(id)
+		require.Equal(t, name, string(b), "%s: the consumer registered as %q", what, b)
+	}
+	require.NoError(t, rows.Err())
+}
+
+// storedErrorText is what lease mode documents it stores of a handler's error text: every run of bytes that are
+// not valid UTF-8, and every NUL byte, becomes U+FFFD; a text then longer than inbox.MaxStoredErrorBytes is cut at
+// a character boundary to end in "…" within that many bytes.
+func storedErrorText(text string) string {
+	var b strings.Builder
+	invalid := false
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		i += size
+		switch {
+		case r == utf8.RuneError && size == 1:
+			if !invalid {
+				b.WriteRune(utf8.RuneError)
+			}
+			invalid = true
+			continue
+		case r == 0:
+			b.WriteRune(utf8.RuneError)
+		default:
+			b.WriteRune(r)
+		}
+		invalid = false
+	}
+	clean := b.String()
+	if len(clean) <= inbox.MaxStoredErrorBytes {
+		return clean
+	}
+	const ellipsis = "…"
+	var cut strings.Builder
+	for _, r := range clean {
+		if cut.Len()+utf8.RuneLen(r) > inbox.MaxStoredErrorBytes-len(ellipsis) {
+			break
+		}
+		cut.WriteRune(r)
+	}
+	return cut.String() + ellipsis
+}
+
+// FuzzErrorText fails a lease-mode handler with a fuzzed error under a fuzzed session, set before the message or by
+// the handler itself, just before the inbox stores the error: the row keeps the text as lease mode documents it,
+// or the write is refused with ErrClientEncoding and the lease stays the holder's, and the probe table keeps its
+// rows.
+func (ps PostgresSecurity) FuzzErrorText(f *testing.F) {
+	for n, text := range secSeeds() {
+		enc := secSeedSessions[n%len(secSeedSessions)]
+		f.Add(text, enc, uint8(0), true, false)
+		f.Add(text, enc, uint8(0), false, true)
+	}
+	st := ps.stage(f, ps.DSN)
+	var (
+		seq  atomic.Int64
+		fail error
+	)
+	h := st.inbox(f, inbox.WithLease(time.Hour)).Middleware(st.leased(func() error { return fail }))
+	f.Fuzz(func(t *testing.T, raw string, encoding, quote uint8, conforming, inHandler bool) {
+		text := strings.ReplaceAll(raw, probeMarker, st.probe)
+		fail = errors.New(text)
+		s := fuzzSession(encoding, quote, conforming)
+		what := fmt.Sprintf("error %q under %s (set by the handler: %t)", text, s, inHandler)
+		before := s
+		st.switchTo = nil
+		if inHandler {
+			before, st.switchTo = s.inUTF8(), &s
+		}
+		defer func() { st.switchTo = nil }()
+		id := fmt.Sprintf("err-%d", seq.Add(1))
+		calls := st.calls.Load()
+		pid := st.set(t, before)
+		_, err := h(secMsg(id))
+		require.Equal(t, pid, st.backend(t), "the inbox ran on the session the input set")
+		st.requireProbeIntact(t, what)
+		if !inHandler && st.refuses(s, id) {
+			require.ErrorIs(t, err, inbox.ErrClientEncoding, what)
+			require.Equal(t, calls, st.calls.Load(), "%s: the handler did not run", what)
+			_, found := st.state(t, secConsumer, id)
+			require.False(t, found, "%s: nothing is stored", what)
+			return
+		}
+		require.Equal(t, calls+1, st.calls.Load(), what)
+		require.ErrorIs(t, err, fail, "%s: the caller gets the handler's error", what)
+		state, stored, null := st.lastError(t, id)
+		if errors.Is(err, inbox.ErrClientEncoding) {
+			require.True(t, st.refuses(s, text), "%s: the write was refused on a session it may write on", what)
+			require.Equal(t, "processing", state, "%s: the lease stays the holder's until it ends", what)
+			require.True(t, null, "%s: no error is stored", what)
+			return
+		}
+		require.Equal(t, "released", state, "%s: %v", what, err)
+		require.False(t, null, what)
+		require.Equal(t, storedErrorText(text), stored, "%s: stored %q", what, stored)
+	})
+}
+
+// lastError reads the state of secConsumer's row for id and its last_error as the database holds its bytes.
+func (st *secStage) lastError(t testing.TB, id string) (state, text string, null bool) {
+	t.Helper()
+	var b []byte
+	require.NoError(t, st.admin.QueryRow(`SELECT state, last_error IS NULL, convert_to(coalesce(last_error, ''),
+		current_setting('server_encoding')) FROM `+st.Table+`_view WHERE consumer = $1 AND message_id = $2`, secConsumer, id).Scan(&state, &null, &b))
+	return state, string(b), null
+}
