@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/prommetrics"
@@ -243,4 +245,64 @@ func getJSON(t *testing.T, u string, v any) string {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 	require.NoError(t, json.Unmarshal(body, v))
 	return string(body)
+}
+
+// Every counter an alert reads has a promtool test in which the counter's series is absent and then appears at
+// 1, the shape prommetrics exports on a consumer's first event, and the alert is expected to fire in it: a rule
+// built on increase() alone misses that first event.
+func TestAlertRules_EveryCounterARuleReadsIsTestedAbsentThenOne(t *testing.T) {
+	t.Parallel()
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	var tests struct {
+		Tests []struct {
+			InputSeries []struct {
+				Series string `yaml:"series"`
+				Values string `yaml:"values"`
+			} `yaml:"input_series"`
+			AlertRuleTest []struct {
+				Alertname string           `yaml:"alertname"`
+				ExpAlerts []map[string]any `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	for file, v := range map[string]any{rulesFile: &rules, rulesTests: &tests} {
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.NoError(t, yaml.Unmarshal(b, v), file)
+	}
+	counter := regexp.MustCompile(`watermill_inbox_[a-z_]+_total`)
+	checked := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			for _, name := range counter.FindAllString(r.Expr, -1) {
+				checked++
+				covered := false
+				for _, tc := range tests.Tests {
+					absentThenOne, fires := false, false
+					for _, s := range tc.InputSeries {
+						if strings.HasPrefix(s.Series, name+"{") && strings.HasPrefix(s.Values, "_") &&
+							strings.Contains(s.Values, " 1") {
+							absentThenOne = true
+						}
+					}
+					for _, a := range tc.AlertRuleTest {
+						if a.Alertname == r.Alert && len(a.ExpAlerts) > 0 {
+							fires = true
+						}
+					}
+					covered = covered || (absentThenOne && fires)
+				}
+				require.True(t, covered, "alert %s reads %s, and no test in %s has that series absent and then 1 "+
+					"with the alert expected to fire", r.Alert, name, rulesTests)
+			}
+		}
+	}
+	require.NotZero(t, checked, "no counter found in %s", rulesFile)
 }
