@@ -285,3 +285,60 @@ func TestPartitions_APartitionLeftDetachedIsDroppedByTheNextRound(t *testing.T) 
 	require.NoError(t, db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, left).Scan(&exists))
 	require.False(t, exists)
 }
+
+// conflictCounter counts the fingerprint conflicts the inbox reports.
+type conflictCounter struct {
+	inbox.NopObserver
+	n atomic.Int64
+}
+
+func (c *conflictCounter) FingerprintConflict(context.Context, inbox.ConflictEvent) { c.n.Add(1) }
+
+// A row that a new partition takes out of the default partition keeps every column, the fingerprint with the
+// rest: a later copy of its event ID with another payload is still reported.
+func TestPartitions_RowsMovedOutOfTheDefaultPartitionKeepTheirFingerprints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	table := inboxtest.UniqueName("inbox_parts_fp")
+	t.Cleanup(func() { dropInboxTables(db, table) })
+	conflicts := &conflictCounter{}
+	opts := []inbox.SharedOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID),
+		inbox.WithPartitions(time.Hour), inbox.WithFingerprint(inbox.Fingerprint{}), inbox.WithObserver(conflicts)}
+	require.NoError(t, inbox.OnSQL(db).Migrate(ctx, maintenanceOptions(opts)...))
+	ib, err := inbox.New(db, inboxOptions(opts, inbox.WithConsumer("wallet-credits"))...)
+	require.NoError(t, err)
+	var applied atomic.Int64
+	h := ib.Middleware(func(*message.Message) ([]*message.Message, error) { applied.Add(1); return nil, nil })
+
+	from := inbox.PeriodStart(time.Now().Add(100*time.Hour), time.Hour) // beyond every partition made ahead
+	var ids []string
+	for k := range 10 {
+		id := v7At(from.Add(time.Duration(k)*time.Minute), k)
+		ids = append(ids, id)
+		_, err := h(newMsg(id))
+		require.NoError(t, err)
+		require.Equal(t, table+"_default", partitionOf(t, db, table, id))
+	}
+
+	p := dialect.PartitionParams{Table: table, Name: inbox.PartitionName(table, from), Default: table + "_default",
+		From: inbox.UUID7Floor(from), To: inbox.UUID7Floor(from.Add(time.Hour))}
+	require.NoError(t, inShortTxForTest(ctx, driver.StdSQL(db), func(tx driver.Tx) error {
+		return postgres.Dialect().(dialect.Partitioner).CreatePartition(ctx, tx, p)
+	}))
+
+	var moved, withoutFingerprint int
+	require.NoError(t, db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE fingerprint IS NULL) FROM `+p.Name).
+		Scan(&moved, &withoutFingerprint))
+	require.Equal(t, len(ids), moved, "every row of the range moved to the new partition")
+	require.Zero(t, withoutFingerprint, "a moved row keeps its fingerprint")
+
+	for _, id := range ids {
+		msg := newMsg(id)
+		msg.Payload = []byte(`{"account_id":1,"amount":999}`)
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, len(ids), applied.Load(), "the copies were skipped")
+	require.EqualValues(t, len(ids), conflicts.n.Load(), "and each reported as a reused event ID")
+}

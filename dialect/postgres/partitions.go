@@ -37,18 +37,18 @@ const (
 	// queues behind the waiting DDL.
 	partitionLockTimeout = `SET LOCAL lock_timeout = '1s'`
 
-	// CreatePartition's steps (it says why they are these). The move names the columns of the compact layout, in
-	// the order of the table's, so that the INSERT takes the DELETE's rows as they are.
+	// CreatePartition's steps (it says why they are these). The move names every column of the table, as the
+	// catalogue lists them once the table is locked (tableColumnsSQL), so that a row keeps each column it has:
+	// those of the compact layout and any a later migration added (the fingerprint).
 	lockTableSQL       = `LOCK TABLE {table} IN SHARE MODE`
 	createPartitionSQL = `CREATE TABLE {partition} (LIKE {table} INCLUDING DEFAULTS)`
 	lockDefaultSQL     = `LOCK TABLE {default} IN ACCESS EXCLUSIVE MODE`
-	moveRowsSQL        = `WITH moved AS (
-			DELETE FROM {default} WHERE message_id >= $1 AND message_id < $2
-			RETURNING processed_at, consumer_id, state, message_id, locked_until, attempts, lease_token, last_error
+	tableColumnsSQL    = `SELECT coalesce(string_agg(quote_ident(attname), ', ' ORDER BY attnum), '')
+		FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`
+	moveRowsSQL = `WITH moved AS (
+			DELETE FROM {default} WHERE message_id >= $1 AND message_id < $2 RETURNING {columns}
 		)
-		INSERT INTO {partition} (processed_at, consumer_id, state, message_id, locked_until, attempts,
-			lease_token, last_error)
-		SELECT * FROM moved`
+		INSERT INTO {partition} ({columns}) SELECT {columns} FROM moved`
 	attachPartitionSQL = `ALTER TABLE {table} ATTACH PARTITION {partition} FOR VALUES FROM ('{from}') TO ('{to}')`
 
 	// A DETACH takes the whole table's exclusive lock: every claim that arrives while it waits for the claims in
@@ -143,14 +143,23 @@ func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dial
 		steps = append(steps, step{sql: partitionDDL(lockTableSQL, p)})
 	}
 	steps = append(steps, step{sql: partitionDDL(createPartitionSQL, p)})
-	if p.Default != "" {
-		// The lock first: a claim that inserts into the default partition between the move and the ATTACH would
-		// leave it holding a row of the new range, and the ATTACH would fail.
-		steps = append(steps, step{sql: partitionDDL(lockDefaultSQL, p)},
-			step{sql: partitionDDL(moveRowsSQL, p), args: []any{p.From, p.To}})
+	if p.Default == "" {
+		return run(ctx, tx, append(steps, step{sql: partitionDDL(attachPartitionSQL, p)}))
 	}
-	steps = append(steps, step{sql: partitionDDL(attachPartitionSQL, p)})
-	return run(ctx, tx, steps)
+	// The lock first: a claim that inserts into the default partition between the move and the ATTACH would
+	// leave it holding a row of the new range, and the ATTACH would fail.
+	if err := run(ctx, tx, append(steps, step{sql: partitionDDL(lockDefaultSQL, p)})); err != nil {
+		return err
+	}
+	var columns string
+	if err := tx.QueryRow(ctx, tableColumnsSQL, quoteIdent(p.Table)).Scan(&columns); err != nil {
+		return err
+	}
+	if columns == "" {
+		return fmt.Errorf("inbox: partition %s: table %s has no columns", p.Name, p.Table)
+	}
+	move := strings.ReplaceAll(partitionDDL(moveRowsSQL, p), "{columns}", columns)
+	return run(ctx, tx, []step{{sql: move, args: []any{p.From, p.To}}, {sql: partitionDDL(attachPartitionSQL, p)}})
 }
 
 // DetachPartition deletes the produced messages of the range (the produced table is not partitioned), then detaches

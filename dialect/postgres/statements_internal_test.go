@@ -86,7 +86,7 @@ func TestStatements_PutNoNameInsideAStringLiteral(t *testing.T) {
 		leaseCompleteSQL, leaseFailSQL, spanSQL, spanPagesSQL, spanRestSQL, summarizeSQL, abandonedSQL, statsIDsSQL,
 		forgetSQL, compactSQL, versionsCreateSQL, versionsReadSQL, versionsRecordSQL, consumerFindSQL, consumerIDSQL,
 		partitionsSQL, deleteProducedSQL, detachPartitionSQL, dropPartitionSQL, createPartitionSQL, lockTableSQL,
-		lockDefaultSQL, moveRowsSQL} {
+		lockDefaultSQL, tableColumnsSQL, moveRowsSQL} {
 		for _, lit := range stringLiteral.FindAllString(template, -1) {
 			require.NotRegexp(t, namePlaceholder, lit, template)
 		}
