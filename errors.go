@@ -82,3 +82,8 @@ var ErrSchemaDrift = errors.New("inbox: schema differs from what the inbox needs
 // (WithBatch): the batch's, which the inbox commits once every handler of the batch has returned. The batch is
 // unharmed by the call; a handler that wants its message rolled back returns an error instead.
 var ErrTxShared = driver.ErrTxShared
+
+// ErrHandlerReturned is what a statement returns, in batch mode (WithBatch), on the transaction of a handler that
+// has returned: a goroutine that outlives its handler cannot write into the batch's commit, whatever the handler
+// returned. Finish the handler's writes before it returns.
+var ErrHandlerReturned = driver.ErrHandlerReturned

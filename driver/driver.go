@@ -23,6 +23,12 @@ var ErrTxDone = errors.New("driver: transaction has already been committed or ro
 var ErrTxShared = errors.New("inbox: the transaction is shared by a batch of messages and ended by the inbox, not by a " +
 	"handler: return an error to roll back this message's part")
 
+// ErrHandlerReturned is what every statement returns on a batch member's transaction once its handler has
+// returned: the batch goes on with other messages' statements, and a write that a goroutine of the handler's
+// makes after it would land in their commit, or in none.
+var ErrHandlerReturned = errors.New("inbox: the handler of this message has returned, and its batch transaction " +
+	"refuses the statements of goroutines that outlive it: finish the handler's writes before it returns")
+
 // Executor runs statements on a pool or in a transaction.
 type Executor interface {
 	// Exec runs a statement that returns no rows and reports how many rows it affected.
@@ -167,7 +173,8 @@ type View interface {
 	// leaves the shared transaction aborted unless the handler rolled back to a savepoint of its own: the caller
 	// finds out which with a statement of its own.
 	Failed() error
-	// Close ends the view, waiting for a statement it runs: the handler can no longer use it.
+	// Close ends the view when its handler returns: it waits for a statement the view runs and closes the results
+	// the handler left open, and from then on every statement through the view returns ErrHandlerReturned.
 	Close()
 }
 

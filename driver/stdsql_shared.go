@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"sync"
 )
 
@@ -109,7 +110,7 @@ func (s *sharedTx) Rollback(context.Context) error {
 // View begins a view: a transaction of the private DB, which Connect and BeginTx below give the connection and
 // a driver transaction that refuses to end anything.
 func (s *sharedTx) View(ctx context.Context) (View, error) {
-	v := &view{}
+	v := &view{s: s}
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
@@ -134,7 +135,7 @@ func (s *sharedTx) endViews() {
 	s.open, s.ended = nil, true
 	s.mu.Unlock()
 	for _, v := range open {
-		v.Close()
+		v.finish()
 	}
 }
 
@@ -162,10 +163,12 @@ func (s *sharedTx) Driver() sqldriver.Driver                        { return s.d
 
 // view is one handler's *sql.Tx over the shared transaction (View).
 type view struct {
+	s      *sharedTx
 	tx     *sql.Tx
 	mu     sync.Mutex
 	failed error
-	closed bool // the inbox ended it: its Rollback is the inbox's, not the handler's
+	closed bool        // its handler returned (Close): its statements are refused, its Rollback is the inbox's
+	rows   []*viewRows // its results not yet closed
 }
 
 func (v *view) Native() any { return v.tx }
@@ -187,15 +190,53 @@ func (v *view) fail(err error) {
 	v.mu.Unlock()
 }
 
-// Close rolls the view's *sql.Tx back, which waits for its statements and rows, and leaves the shared
-// transaction as it was (viewTx).
+// Close ends the view when its handler returns. Its statements check closed with the wire held, so once Close has
+// taken the wire no statement of the view runs again; the results the handler left open are closed, so that the
+// next statement on the connection (a produced message's, another member's) does not meet an unread result.
+// The view's *sql.Tx is rolled back, which ends nothing on the server (viewTx), when the shared transaction ends.
 func (v *view) Close() {
 	v.mu.Lock()
 	v.closed = true
 	v.mu.Unlock()
+	if v.s == nil {
+		return
+	}
+	v.s.wire.Lock()
+	defer v.s.wire.Unlock()
+	v.mu.Lock()
+	open := v.rows
+	v.rows = nil
+	v.mu.Unlock()
+	for _, r := range open {
+		r.closeDriver()
+	}
+}
+
+// finish ends the view's *sql.Tx with the shared transaction.
+func (v *view) finish() {
+	v.Close()
 	if v.tx != nil {
 		_ = v.tx.Rollback()
 	}
+}
+
+// refused returns ErrHandlerReturned once the view is closed; called with the wire held.
+func (c *viewConn) refused() error {
+	if c.v != nil && c.v.closedByInbox() {
+		return ErrHandlerReturned
+	}
+	return nil
+}
+
+// opened records rows as the view's until they are closed.
+func (c *viewConn) opened(rows sqldriver.Rows) *viewRows {
+	r := &viewRows{Rows: rows, c: c}
+	if c.v != nil {
+		c.v.mu.Lock()
+		c.v.rows = append(c.v.rows, r)
+		c.v.mu.Unlock()
+	}
+	return r
 }
 
 func (v *view) closedByInbox() bool {
@@ -263,6 +304,9 @@ func (c *viewConn) Prepare(query string) (sqldriver.Stmt, error) {
 func (c *viewConn) PrepareContext(ctx context.Context, query string) (sqldriver.Stmt, error) {
 	c.s.wire.Lock()
 	defer c.s.wire.Unlock()
+	if err := c.refused(); err != nil {
+		return nil, err
+	}
 	var st sqldriver.Stmt
 	var err error
 	if p, ok := c.s.dc.(sqldriver.ConnPrepareContext); ok {
@@ -283,6 +327,9 @@ func (c *viewConn) ExecContext(ctx context.Context, query string, args []sqldriv
 	}
 	c.s.wire.Lock()
 	defer c.s.wire.Unlock()
+	if err := c.refused(); err != nil {
+		return nil, err
+	}
 	res, err := e.ExecContext(ctx, query, args)
 	return res, c.fail(err)
 }
@@ -294,11 +341,14 @@ func (c *viewConn) QueryContext(ctx context.Context, query string, args []sqldri
 	}
 	c.s.wire.Lock()
 	defer c.s.wire.Unlock()
+	if err := c.refused(); err != nil {
+		return nil, err
+	}
 	rows, err := q.QueryContext(ctx, query, args)
 	if err != nil {
 		return nil, c.fail(err)
 	}
-	return &viewRows{Rows: rows, c: c}, nil
+	return c.opened(rows), nil
 }
 
 func (c *viewConn) CheckNamedValue(nv *sqldriver.NamedValue) error {
@@ -353,6 +403,9 @@ func (s *viewStmt) Close() error {
 func (s *viewStmt) Exec(args []sqldriver.Value) (sqldriver.Result, error) {
 	s.c.s.wire.Lock()
 	defer s.c.s.wire.Unlock()
+	if err := s.c.refused(); err != nil {
+		return nil, err
+	}
 	//lint:ignore SA1019 a driver's statement without ExecContext has only Exec
 	res, err := s.Stmt.Exec(args)
 	return res, s.c.fail(err)
@@ -361,12 +414,15 @@ func (s *viewStmt) Exec(args []sqldriver.Value) (sqldriver.Result, error) {
 func (s *viewStmt) Query(args []sqldriver.Value) (sqldriver.Rows, error) {
 	s.c.s.wire.Lock()
 	defer s.c.s.wire.Unlock()
+	if err := s.c.refused(); err != nil {
+		return nil, err
+	}
 	//lint:ignore SA1019 a driver's statement without QueryContext has only Query
 	rows, err := s.Stmt.Query(args)
 	if err != nil {
 		return nil, s.c.fail(err)
 	}
-	return &viewRows{Rows: rows, c: s.c}, nil
+	return s.c.opened(rows), nil
 }
 
 func (s *viewStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
@@ -380,6 +436,9 @@ func (s *viewStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue)
 	}
 	s.c.s.wire.Lock()
 	defer s.c.s.wire.Unlock()
+	if err := s.c.refused(); err != nil {
+		return nil, err
+	}
 	res, err := e.ExecContext(ctx, args)
 	return res, s.c.fail(err)
 }
@@ -395,11 +454,14 @@ func (s *viewStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue
 	}
 	s.c.s.wire.Lock()
 	defer s.c.s.wire.Unlock()
+	if err := s.c.refused(); err != nil {
+		return nil, err
+	}
 	rows, err := q.QueryContext(ctx, args)
 	if err != nil {
 		return nil, s.c.fail(err)
 	}
-	return &viewRows{Rows: rows, c: s.c}, nil
+	return s.c.opened(rows), nil
 }
 
 func (s *viewStmt) CheckNamedValue(nv *sqldriver.NamedValue) error {
@@ -424,18 +486,42 @@ func namedValues(args []sqldriver.NamedValue) ([]sqldriver.Value, error) {
 // interfaces are passed on when the driver's rows have them.
 type viewRows struct {
 	sqldriver.Rows
-	c *viewConn
+	c      *viewConn
+	closed bool // guarded by the wire
 }
 
 func (r *viewRows) Close() error {
 	r.c.s.wire.Lock()
 	defer r.c.s.wire.Unlock()
+	if r.closed {
+		return nil
+	}
+	if r.c.v != nil {
+		r.c.v.mu.Lock()
+		r.c.v.rows = slices.DeleteFunc(r.c.v.rows, func(o *viewRows) bool { return o == r })
+		r.c.v.mu.Unlock()
+	}
+	return r.closeDriver()
+}
+
+// closeDriver closes the driver's rows once; called with the wire held.
+func (r *viewRows) closeDriver() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
 	return r.Rows.Close()
 }
 
 func (r *viewRows) Next(dest []sqldriver.Value) error {
 	r.c.s.wire.Lock()
 	defer r.c.s.wire.Unlock()
+	if r.closed {
+		if err := r.c.refused(); err != nil {
+			return err
+		}
+		return io.EOF
+	}
 	err := r.Rows.Next(dest)
 	if err != io.EOF {
 		r.c.fail(err)
@@ -455,6 +541,9 @@ func (r *viewRows) NextResultSet() error {
 	}
 	r.c.s.wire.Lock()
 	defer r.c.s.wire.Unlock()
+	if r.closed {
+		return io.EOF
+	}
 	return r.c.fail(n.NextResultSet())
 }
 

@@ -78,15 +78,29 @@ func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
 	if _, err := v.Native().(*sql.Tx).ExecContext(ctx, `INSERT INTO `+table+` VALUES (3)`); err != nil {
 		t.Fatal(err)
 	}
-	v.Close()
-	if _, err := v.Native().(*sql.Tx).ExecContext(ctx, `INSERT INTO `+table+` VALUES (4)`); !errors.Is(err, sql.ErrTxDone) {
-		t.Fatalf("a closed view runs nothing: %v", err)
+	rows, err := v.Native().(*sql.Tx).QueryContext(ctx, `SELECT n FROM `+table) // left open by its handler
+	if err != nil {
+		t.Fatal(err)
 	}
+	v.Close()
+	if _, err := v.Native().(*sql.Tx).ExecContext(ctx, `INSERT INTO `+table+` VALUES (4)`); !errors.Is(err, ErrHandlerReturned) {
+		t.Fatalf("a closed view runs nothing, and says why: %v", err)
+	}
+	if err := v.Native().(*sql.Tx).QueryRowContext(ctx, `SELECT 1`).Scan(&n); !errors.Is(err, ErrHandlerReturned) {
+		t.Fatalf("no query either: %v", err)
+	}
+	if _, err := s.Exec(ctx, `INSERT INTO `+table+` VALUES (5)`); err != nil { // the open result no longer stands in the way
+		t.Fatalf("the owner's statement after a view closed with a result open: %v", err)
+	}
+	if rows.Next() {
+		t.Fatal("the result closed with its view reads nothing more")
+	}
+	_ = rows.Close()
 	if err := s.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("the owner's commit keeps the view's row: %d, %v", n, err)
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the owner's commit keeps the view's row and its own: %d, %v", n, err)
 	}
 }
 

@@ -63,43 +63,20 @@ func batchSwallowedFailure(t *testing.T, conn Conn) {
 		return nil, nil
 	})
 
-	done := make(chan struct{})
-	var swallowerAccepted atomic.Int64
-	var swallowerErr atomic.Value
-	var copies sync.WaitGroup
-	for range 4 {
-		copies.Add(1)
-		go func() {
-			defer copies.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if _, err := h(newMsg("swallower")); err != nil {
-					swallowerErr.Store(err)
-				} else {
-					swallowerAccepted.Add(1)
-				}
-			}
-		}()
-	}
+	stopCopies := RedeliverWhile(h, "swallower", 4)
 	ids := EventIDs("evt", 120)
 	_, errs := DeliverTogether(h, ids)
-	close(done)
-	copies.Wait()
+	accepted, swallowerErr := stopCopies()
 
 	for _, id := range ids {
 		require.NoError(t, errs[id], "%s is applied at its first delivery, whatever the swallowing message does", id)
 	}
 	require.Positive(t, swallowed.Load(), "the swallowing handler ran its failing statement")
-	if swallowerAccepted.Load() == 0 {
+	if accepted == 0 {
 		// PostgreSQL: the statement aborted the transaction. The message is nacked with the error it swallowed,
 		// and nothing of it stays.
-		err, _ := swallowerErr.Load().(error)
-		require.Error(t, err)
-		require.ErrorContains(t, err, "returned nil after a statement on its transaction failed")
+		require.Error(t, swallowerErr)
+		require.ErrorContains(t, swallowerErr, "returned nil after a statement on its transaction failed")
 		require.EqualValues(t, len(ids), b.Balance(t), "the swallowing message's effect is rolled back")
 		require.EqualValues(t, len(ids), b.rows(t))
 	} else {

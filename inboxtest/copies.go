@@ -134,3 +134,37 @@ func Gate(t testing.TB) (gate <-chan struct{}, release func()) {
 	t.Cleanup(release)
 	return ch, release
 }
+
+// RedeliverWhile delivers copies of id to h from n goroutines, each one again as soon as the last returned, as a
+// broker redelivers a nacked message, until the returned stop is called. stop waits for the copies in flight and
+// reports how many h accepted and the last error it returned.
+func RedeliverWhile(h message.HandlerFunc, id string, n int) (stop func() (accepted int64, lastErr error)) {
+	done := make(chan struct{})
+	var accepted atomic.Int64
+	var last atomic.Value
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := h(NewMessage(id)); err != nil {
+					last.Store(err)
+				} else {
+					accepted.Add(1)
+				}
+			}
+		}()
+	}
+	return func() (int64, error) {
+		close(done)
+		wg.Wait()
+		err, _ := last.Load().(error)
+		return accepted.Load(), err
+	}
+}

@@ -47,6 +47,7 @@ var cases = []struct {
 	{"InBatchModeCopiesOfAppliedMessagesReturnTheirProducedMessagesWithoutRunning", batchCopies},
 	{"InBatchModeAHandlerThatSwallowsAFailedStatementCostsOnlyItsOwnMessage", batchSwallowedFailure},
 	{"InBatchModeAHandlerCannotCommitOrRollBackTheBatch", batchHandlerEndsTheTx},
+	{"InBatchModeAGoroutineThatOutlivesItsHandlerCannotWriteIntoTheBatch", batchGoroutineOutlivesHandler},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"LeaseModeReleasesAFailedAttemptAndRunsTheNextWithTheSameIdempotencyKey", leaseReleasesAndRetries},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
@@ -90,4 +92,54 @@ func TestBatch_AFailingMemberRollsBackOnlyItsOwnWork(t *testing.T) {
 			require.Equal(t, 2, b.Rows(t, "wallet-credits"), "the blocker's claim and the first's; the second gave its back")
 		})
 	}
+}
+
+// A batch member's handler that begins a nested transaction (a savepoint), swallows the failure of a statement in
+// it and returns nil without rolling the savepoint back leaves the batch's transaction aborted, as a swallowed
+// failure on the view itself does: the batch finds it the same way, and nacks that member alone. Every other
+// message is applied once, at its first delivery, while copies of the swallowing message are redelivered as fast
+// as they are nacked.
+func TestBatch_AFailureSwallowedInsideANestedTransactionCostsOnlyItsOwnMessage(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	ib, err := pgxinbox.New(b.pool, b.Options(inbox.WithBatch(time.Millisecond, 16))...)
+	require.NoError(t, err)
+	credit := b.Credit(1, nil)
+	var swallowed atomic.Int64
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if msg.Metadata.Get(inbox.DefaultIDMetadataKey) != "swallower" {
+			return credit(msg)
+		}
+		ctx := msg.Context()
+		tx, ok := pgxinbox.TxFromContext(ctx)
+		if !ok {
+			return nil, errors.New("no pgx transaction in the handler's context")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+b.Accounts+` SET balance = balance + $1 WHERE id = 1`, 1); err != nil {
+			return nil, err
+		}
+		nested, err := tx.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Account 1 exists: the insert fails, and the handler neither rolls the savepoint back nor says so.
+		if _, err := nested.Exec(ctx, `INSERT INTO `+b.Accounts+` (id, balance) VALUES ($1, 0)`, 1); err != nil {
+			swallowed.Add(1)
+		}
+		return nil, nil
+	})
+
+	stopCopies := inboxtest.RedeliverWhile(h, "swallower", 4)
+	ids := inboxtest.EventIDs("evt", 120)
+	_, errs := inboxtest.DeliverTogether(h, ids)
+	accepted, swallowerErr := stopCopies()
+
+	for _, id := range ids {
+		require.NoError(t, errs[id], "%s is applied at its first delivery, whatever the swallowing message does", id)
+	}
+	require.Positive(t, swallowed.Load(), "the swallowing handler ran its failing statement")
+	require.Zero(t, accepted, "the aborted transaction cannot commit the swallowing message")
+	require.ErrorContains(t, swallowerErr, "returned nil after a statement on its transaction failed")
+	require.Equal(t, len(ids), b.Balance(t), "the swallowing message's effect is rolled back")
+	require.Equal(t, len(ids), b.Rows(t, "wallet-credits"))
 }

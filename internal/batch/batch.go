@@ -189,11 +189,13 @@ func (b *batch) apply(m *member) ([]*message.Message, error) {
 	panicked := true
 	defer func() {
 		if panicked { // give back the claim and the effect, then let the panic go on
+			t.end()
 			b.giveBack(m, t, errPanicked)
 		}
 	}()
 	produced, err := m.msg.Run(t)
 	panicked = false
+	t.end() // from here on the member's view refuses statements: its part is settled below
 	if err == nil {
 		err = b.keep(m, t, produced)
 	} else {

@@ -25,6 +25,9 @@ type memberTx struct {
 	err       error // setting it failed
 	untouched bool  // the member finished without taking the connection
 
+	vmu      sync.Mutex // guards view and returned, which a goroutine of the handler's may reach after it returned
+	returned bool       // the handler returned (end): its view refuses every statement
+
 	// In a batch with a pipe: pipelined is set when the member's first statement went in a pipeline; the other
 	// fields are the line's (guarded by its mu).
 	pipelined bool
@@ -112,30 +115,69 @@ func (t *memberTx) unused() bool {
 }
 
 // Native is what the member's handler gets from TxFromContext: a view of the batch's transaction whose Commit and
-// Rollback return driver.ErrTxShared, when the adapter gives views (database/sql's and pgx's do).
+// Rollback return driver.ErrTxShared, when the adapter gives views (database/sql's and pgx's do). Once the handler
+// has returned, a goroutine of its that asks gets a view that refuses every statement (driver.ErrHandlerReturned).
 func (t *memberTx) Native() any {
 	if p, ok := t.b.tx.(driver.Pipeliner); ok {
+		t.vmu.Lock()
+		defer t.vmu.Unlock()
 		if t.view == nil {
-			first := NoFirst // a batch of one pipelines nothing
-			if t.b.pipe != nil {
-				first = t.first
+			if t.returned {
+				t.view = p.MemberView(NoFirst, func() {})
+				t.view.Close()
+			} else {
+				first := NoFirst // a batch of one pipelines nothing
+				if t.b.pipe != nil {
+					first = t.first
+				}
+				t.view = p.MemberView(first, func() { t.hold(true) })
 			}
-			t.view = p.MemberView(first, func() { t.hold(true) })
 		}
 		return t.view.Native()
 	}
-	t.hold(true)
 	if t.b.shared == nil {
+		if t.hasReturned() {
+			return nil // no view to refuse its statements: the goroutine finds no transaction
+		}
+		t.hold(true)
 		return t.b.tx.Native()
 	}
+	if !t.hasReturned() {
+		t.hold(true)
+	}
+	t.vmu.Lock()
+	defer t.vmu.Unlock()
 	if t.view == nil {
 		v, err := t.b.shared.View(t.b.ctx)
 		if err != nil {
 			return nil // the handler finds no transaction, and fails
 		}
+		if t.returned {
+			v.Close()
+		}
 		t.view = v
 	}
 	return t.view.Native()
+}
+
+func (t *memberTx) hasReturned() bool {
+	t.vmu.Lock()
+	defer t.vmu.Unlock()
+	return t.returned
+}
+
+// end marks the handler returned, and closes its view: it waits for a statement that a goroutine of the handler's
+// runs on it, refuses every later one, and closes the results the handler left open. The batch settles the
+// member's part after this, so no statement of the handler's lands after its savepoint was rolled back, or in
+// another member's part.
+func (t *memberTx) end() {
+	t.vmu.Lock()
+	t.returned = true
+	v := t.view
+	t.vmu.Unlock()
+	if v != nil {
+		v.Close()
+	}
 }
 
 // NoFirst is the first of a view whose statements are never pipelined (see driver.Pipeliner.MemberView): a batch of
@@ -148,6 +190,8 @@ func (t *memberTx) failed() error {
 	if t.pipelined && t.resErr != nil {
 		return t.resErr
 	}
+	t.vmu.Lock()
+	defer t.vmu.Unlock()
 	if t.view != nil {
 		return t.view.Failed()
 	}
@@ -156,9 +200,7 @@ func (t *memberTx) failed() error {
 
 // closeView ends the member's view, so that its handler can no longer use the batch's transaction.
 func (t *memberTx) closeView() {
-	if t.view != nil {
-		t.view.Close()
-	}
+	t.end()
 }
 
 func (t *memberTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
