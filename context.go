@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
 )
@@ -17,12 +19,16 @@ const (
 )
 
 // withOwnView returns ctx with the view of tx that the handler of a message that goes alone gets in batch mode
-// (batch.AloneView), when the adapter gives views.
-func withOwnView(ctx context.Context, tx driver.Tx) context.Context {
-	if v := batch.NewAloneView(tx); v != nil {
-		return context.WithValue(ctx, viewKey, v)
+// (batch.AloneView), when the adapter gives views, and h made to end the view when it returns.
+func withOwnView(ctx context.Context, tx driver.Tx, h message.HandlerFunc) (context.Context, message.HandlerFunc) {
+	v := batch.NewAloneView(tx)
+	if v == nil {
+		return ctx, h
 	}
-	return ctx
+	return context.WithValue(ctx, viewKey, v), func(msg *message.Message) ([]*message.Message, error) {
+		defer v.End()
+		return h(msg)
+	}
 }
 
 func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {

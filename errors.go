@@ -59,6 +59,12 @@ var ErrAttemptsExhausted = errors.New("inbox: attempts exhausted")
 // after the reject delay.
 var ErrProducedUnstorable = store.ErrProducedUnstorable
 
+// ErrResultLeftOpen reports a handler that returned with a result of its transaction still open (an unscanned
+// QueryRowContext, Rows it did not close) and produced messages: the client library refuses the statement that
+// stores them, as it would on every redelivery, so the message is handled as ErrProducedUnstorable says. Scan or
+// close every result before the handler returns. In batch mode the inbox closes such results itself.
+var ErrResultLeftOpen = store.ErrResultLeftOpen
+
 // ErrFingerprintConflict reports, with WithFingerprint, a copy whose event ID was applied before for a message with
 // another fingerprint: the producer reused the ID for another event. The copy is skipped, or dead-lettered with it
 // as the reason when Fingerprint.DeadLetter says so.

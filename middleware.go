@@ -102,7 +102,9 @@ func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h messag
 		return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
 	}
 	if i.cfg.batchSize > 0 {
-		msg.SetContext(withOwnView(ctx, tx))
+		var viewCtx context.Context
+		viewCtx, h = withOwnView(ctx, tx, h)
+		msg.SetContext(viewCtx)
 		defer msg.SetContext(ctx)
 	}
 	ended := false

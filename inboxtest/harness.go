@@ -56,6 +56,9 @@ type Conn interface {
 	// EndInHandler commits (commit true) or rolls back that same transaction, as a handler that misuses it
 	// would, and returns what the call returned.
 	EndInHandler(ctx context.Context, commit bool) error
+	// LeaveRowUnscannedInHandler runs query on that same transaction as a query of one row and never scans the
+	// row, as a handler that forgot to would: the result stays open on the connection.
+	LeaveRowUnscannedInHandler(ctx context.Context, query string) error
 }
 
 // Dialect is the SQL of one database that the suite needs for its own statements. The inbox's statements are the
@@ -169,6 +172,15 @@ func (c stdConn) ExecInHandler(ctx context.Context, query string, args ...any) e
 	}
 	_, err := tx.ExecContext(ctx, query, args...)
 	return err
+}
+
+func (c stdConn) LeaveRowUnscannedInHandler(ctx context.Context, query string) error {
+	tx, ok := inbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("inboxtest: no *sql.Tx in the handler's context")
+	}
+	_ = tx.QueryRowContext(ctx, query)
+	return nil
 }
 
 func (c stdConn) EndInHandler(ctx context.Context, commit bool) error {

@@ -38,6 +38,15 @@ func (c pgxConn) ExecInHandler(ctx context.Context, query string, args ...any) e
 	return err
 }
 
+func (c pgxConn) LeaveRowUnscannedInHandler(ctx context.Context, query string) error {
+	tx, ok := pgxinbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("no pgx transaction in the handler's context")
+	}
+	_ = tx.QueryRow(ctx, query)
+	return nil
+}
+
 func (c pgxConn) EndInHandler(ctx context.Context, commit bool) error {
 	tx, ok := pgxinbox.TxFromContext(ctx)
 	if !ok {

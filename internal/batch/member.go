@@ -259,11 +259,15 @@ func (b *batch) release(t *memberTx) {
 
 // AloneView is, in batch mode, what the handler of a message that goes alone gets from the inbox's TxFromContext
 // instead of its transaction's own native one: a view that refuses Commit and Rollback, as a batch member's does,
-// so that a handler meets the same rule whether its message was batched or not.
+// so that a handler meets the same rule whether its message was batched or not; and that, as a member's, refuses
+// every statement once the handler returned (End).
 type AloneView struct {
 	tx     driver.Tx
-	once   sync.Once
+	mu     sync.Mutex
+	made   bool
+	view   driver.View
 	native any
+	ended  bool
 }
 
 // NewAloneView returns the view of tx, or nil when the adapter gives none: database/sql's (driver.SharedTx) and
@@ -281,15 +285,36 @@ func (v *AloneView) Tx() driver.Tx { return v.tx }
 
 // Native returns the view's native transaction, made on the first call; nil when the adapter could not make one.
 func (v *AloneView) Native(ctx context.Context) any {
-	v.once.Do(func() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.made {
+		v.made = true
 		switch tx := v.tx.(type) {
 		case driver.SharedTx:
 			if view, err := tx.View(ctx); err == nil {
-				v.native = view.Native()
+				v.view = view
 			}
 		case driver.Pipeliner:
-			v.native = tx.MemberView(NoFirst, func() {}).Native()
+			v.view = tx.MemberView(NoFirst, func() {})
 		}
-	})
+		if v.view != nil {
+			v.native = v.view.Native()
+			if v.ended {
+				v.view.Close()
+			}
+		}
+	}
 	return v.native
+}
+
+// End is called when the handler returns: the view closes the results the handler left open and refuses every
+// later statement (driver.ErrHandlerReturned), before the inbox writes the produced messages and commits.
+func (v *AloneView) End() {
+	v.mu.Lock()
+	v.ended = true
+	view := v.view
+	v.mu.Unlock()
+	if view != nil {
+		view.Close()
+	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
@@ -16,7 +17,27 @@ var (
 	ErrLeaseLost            = errors.New("inbox: lease lost to another consumer")
 	ErrProducedUnstorable   = errors.New("inbox: produced messages cannot be stored")
 	ErrConsumerIDsExhausted = errors.New("inbox: no consumer id left for a new consumer name")
+	ErrResultLeftOpen       = errors.New("inbox: the handler returned with a result of its transaction neither read " +
+		"to its end nor closed (an unscanned QueryRowContext, Rows not closed), which keeps the connection busy: " +
+		"scan or close every result before the handler returns")
 )
+
+// resultLeftOpen reports an error of a client library that refused a statement because a result of an earlier one
+// is still being read on the connection: lib/pq's, pgx's, go-sql-driver/mysql's. None carries a code of the
+// server's, which never saw the statement.
+func resultLeftOpen(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"there is already a query being processed on this connection", "conn busy",
+		"busy buffer", "commands out of sync"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // ErrClientEncoding is a statement the database refused because the connection's session would have read the
 // inbox's text in another encoding than UTF-8: its client_encoding was switched (SET client_encoding) after the

@@ -254,7 +254,13 @@ func (s *Store) Explain(err error) error { return PoolerHint(s.d, err) }
 // wrapProduced wraps the failure of a statement that stores produced messages. A value the database refuses
 // (data exceptions, limits, a check constraint) would be refused on every redelivery too: it becomes
 // ErrProducedUnstorable, which the middleware dead-letters instead of running the handler again and again.
+//
+// So would a statement after a result the handler left open on the transaction (ErrResultLeftOpen), on a
+// transaction the handler gets as its client library's own (transaction mode): the inbox cannot close that result.
 func (s *Store) wrapProduced(op, consumer, id string, err error) error {
+	if resultLeftOpen(err) {
+		return fmt.Errorf("inbox: %s %s/%s: %w: %w: %w", op, consumer, id, ErrProducedUnstorable, ErrResultLeftOpen, err)
+	}
 	if k := s.d.Classify(err); k == dialect.IDRefused || k == dialect.ValueRefused || k == dialect.Untranslatable {
 		return fmt.Errorf("inbox: %s %s/%s: %w: the database refused them: %w", op, consumer, id, ErrProducedUnstorable, err)
 	}
