@@ -138,3 +138,27 @@ func inspectFingerprint(ctx context.Context, d dialect.Dialect, q driver.Executo
 	}
 	return nil
 }
+
+// takenOverByAnother reports, for a copy that would take over a row left unfinished (a lease released or run
+// out, a row lease mode left), whether the row carries the fingerprint of another message, which read returns.
+// Such a copy is a reused event ID as the copy of a finished row is: reported, then skipped, or dead-lettered with
+// the unusable error returned, and its handler never runs; the row stays for its own message's copies.
+func (i *Inbox) takenOverByAnother(msg *message.Message, consumer, id string, ob *observed, read func() ([]byte, error)) (bool, error) {
+	theirs := i.fingerprintOf(msg)
+	if theirs == nil {
+		return false, nil
+	}
+	stored, err := read()
+	if err != nil {
+		return true, fmt.Errorf("inbox: read the fingerprint of %s/%s: %w", consumer, id, err)
+	}
+	if !fingerprint.Conflicts(stored, theirs) {
+		return false, nil
+	}
+	if err := i.checkCopy(msg, consumer, id, ob.mode, func() ([]byte, error) { return stored, nil }); err != nil {
+		return true, err
+	}
+	i.cfg.logger.Info("skipped a message whose event ID another message's unfinished row holds", logFields(msg, consumer, id))
+	ob.skipped()
+	return true, nil
+}

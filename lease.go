@@ -83,6 +83,13 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 	ob := i.observe(msg, consumer, id, ModeLease)
 	ob.claiming()
 	c, err := i.store.ClaimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease, i.fingerprintOf(msg))
+	if fc := (*store.LeaseFingerprintConflict)(nil); errors.As(err, &fc) {
+		// The row, released or run out, is another message's; the claim was rolled back.
+		if _, err := i.takenOverByAnother(msg, consumer, id, ob, func() ([]byte, error) { return fc.Stored, nil }); err != nil {
+			return nil, i.settle(msg, consumer, err)
+		}
+		return nil, nil
+	}
 	if errors.Is(err, ErrInvalidEventID) {
 		return nil, i.reject(msg, consumer, err)
 	}

@@ -306,6 +306,9 @@ func (i *Inbox) existing(msg *message.Message, tx driver.Tx, consumer, id, state
 		return false, produced, err
 	}
 	if current == store.StateReleased || current == store.StateProcessing {
+		if another, err := i.takenOverByAnother(msg, consumer, id, ob, read); another {
+			return false, nil, err
+		}
 		took, err := i.store.TakeOver(ctx, tx, consumer, id, state)
 		if err != nil || took {
 			if took {

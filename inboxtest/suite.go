@@ -48,6 +48,7 @@ var cases = []struct {
 	{"InBatchModeAHandlerThatSwallowsAFailedStatementCostsOnlyItsOwnMessage", batchSwallowedFailure},
 	{"InBatchModeAHandlerCannotCommitOrRollBackTheBatch", batchHandlerEndsTheTx},
 	{"InBatchModeAGoroutineThatOutlivesItsHandlerCannotWriteIntoTheBatch", batchGoroutineOutlivesHandler},
+	{"ACopyThatWouldTakeOverAnotherMessagesRowIsAReusedEventID", aTakeoverChecksTheFingerprint},
 	{"AHandlerThatLeavesARowUnscannedAndProducesMessagesIsAppliedOnceOrDeadLetteredWithTheReason", unscannedRowThenProduced},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/fingerprint"
 )
 
 // ClaimLease claims the lease of (consumer, id) for token, or reports why it cannot: the claim and, when it took
@@ -33,12 +34,33 @@ func (s *Store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 		if err != nil {
 			return s.wrap("claim lease", consumer, id, err)
 		}
-		if c.Claimed { // the fingerprint commits with the claim, before the call out (WithFingerprint)
+		if !c.Claimed || f == nil {
+			return nil
+		}
+		// A row that was there before (a lease released or run out, a row another mode left) keeps the
+		// fingerprint of the message that first claimed it: a copy with another one is a conflict, and the claim is
+		// rolled back, so that the row stays as it was for the copies of its own message.
+		stored, err := s.ReadFingerprint(ctx, tx, consumer, id)
+		if err != nil {
+			return err
+		}
+		if fingerprint.Conflicts(stored, f) {
+			return &LeaseFingerprintConflict{Stored: stored}
+		}
+		if stored == nil { // the fingerprint commits with the claim, before the call out (WithFingerprint)
 			return s.SaveFingerprint(ctx, tx, consumer, id, f)
 		}
 		return nil
 	})
 	return c, err
+}
+
+// LeaseFingerprintConflict is a lease claim rolled back because the row it would take over carries the fingerprint
+// of another message (WithFingerprint).
+type LeaseFingerprintConflict struct{ Stored []byte }
+
+func (e *LeaseFingerprintConflict) Error() string {
+	return "inbox: the lease's row carries the fingerprint of another message"
 }
 
 // LeaseOp names one of the lease holder's compare-and-set writes.
