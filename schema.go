@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/maintain"
@@ -113,6 +115,30 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 		}
 		return nil
 	}
-	res.from, res.to, err = d.dialect.Migrate(ctx, d.pool, dialect.MigrateParams{Table: c.table, Migrations: ms, Check: check})
-	return res, err
+	params := dialect.MigrateParams{Table: c.table, Migrations: ms, Check: check}
+	for try := 1; ; try++ {
+		res.from, res.to, err = d.dialect.Migrate(ctx, d.pool, params)
+		if !d.ops(c.table).LockTaken(err) || try == migrateTries {
+			return res, err
+		}
+		// A schema change met a running transaction's lock and gave up waiting for it at once, so as not to hold
+		// up the claims behind it (the dialects' Migrate): the running transactions end, and the next try meets
+		// fewer of them.
+		pause := min(migratePause<<(try-1), migratePauseCeiling)
+		c.logger.Debug("Inbox migration met a lock and tries again", watermill.LogFields{"table": c.table,
+			"try": try, "retry_in": pause, "error": err.Error()})
+		if _ = sleepThen(ctx, pause, nil); ctx.Err() != nil {
+			return res, err
+		}
+	}
 }
+
+// A migration that meets a lock tries this many times, pausing between tries from migratePause, doubling up to
+// migratePauseCeiling: about eight seconds in all, during which each try holds up the fleet's claims for at most the
+// dialect's lock wait (50 ms on PostgreSQL, none on MariaDB). Then the error stands: auto-migrate nacks the
+// message after the reject delay, and the next message tries again.
+const (
+	migrateTries        = 12
+	migratePause        = 50 * time.Millisecond
+	migratePauseCeiling = time.Second
+)

@@ -49,6 +49,7 @@ var cases = []struct {
 	{"InBatchModeAHandlerCannotCommitOrRollBackTheBatch", batchHandlerEndsTheTx},
 	{"InBatchModeAGoroutineThatOutlivesItsHandlerCannotWriteIntoTheBatch", batchGoroutineOutlivesHandler},
 	{"ACopyThatWouldTakeOverAnotherMessagesRowIsAReusedEventID", aTakeoverChecksTheFingerprint},
+	{"ASchemaChangeThatARunningFleetMeetsHoldsUpNoneOfItsClaims", aRolloutStallsNoClaim},
 	{"AHandlerThatLeavesARowUnscannedAndProducesMessagesIsAppliedOnceOrDeadLetteredWithTheReason", unscannedRowThenProduced},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},

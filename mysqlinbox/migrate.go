@@ -84,6 +84,9 @@ func (m *mysqlDialect) Migrate(ctx context.Context, pool driver.Pool, p dialect.
 	defer func() {
 		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
+		if _, rerr := conn.Exec(bg, q.lockWaitDefault); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("mysqlinbox: migrate: reset the lock wait timeout: %w", rerr))
+		}
 		var released sql.NullInt64
 		if rerr := conn.QueryRow(bg, q.lockFree, name).Scan(&released); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("mysqlinbox: migrate: unlock: %w", rerr))
@@ -93,6 +96,13 @@ func (m *mysqlDialect) Migrate(ctx context.Context, pool driver.Pool, p dialect.
 		}
 	}()
 
+	// A DDL statement that waits for a metadata lock a running handler's transaction holds makes every claim
+	// after it wait too, so the fleet would ack nothing until that handler ended: the migration's statements do
+	// not wait (MariaDB; MySQL's least wait is a second), and fail with a lock wait timeout (a LockConflict),
+	// which the caller tries again after a pause (inbox's migrate). Every statement is safe to run again.
+	if _, err := conn.Exec(ctx, q.lockWaitNone); err != nil {
+		return 0, 0, fmt.Errorf("mysqlinbox: migrate: set the lock wait timeout: %w", err)
+	}
 	versions := p.Table + "_migrations"
 	if _, err := conn.Exec(ctx, q.versionsCreate); err != nil {
 		return 0, 0, fmt.Errorf("mysqlinbox: migrate: create %s: %w", versions, err)

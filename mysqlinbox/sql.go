@@ -59,11 +59,13 @@ type queries struct {
 	forgetRead  string
 	forgetRow   string
 
-	versionsCreate string
-	versionsRead   string
-	versionsRecord string
-	lockGet        string
-	lockFree       string
+	versionsCreate  string
+	versionsRead    string
+	versionsRecord  string
+	lockGet         string
+	lockFree        string
+	lockWaitNone    string // the session's DDL waits for no metadata lock (MySQL: a second)
+	lockWaitDefault string
 }
 
 // readRows, existing and claimRows are their statements for n IDs, each text built once per count.
@@ -288,9 +290,11 @@ func newQueries(table string) *queries {
 				name       VARCHAR(255) NOT NULL,
 				applied_at DATETIME(6)  NOT NULL
 			) ENGINE = InnoDB`),
-		versionsRead:   q(`SELECT COALESCE(MAX(version), 0) FROM {versions}`),
-		versionsRecord: q(`INSERT INTO {versions} (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))`),
-		lockGet:        `SELECT GET_LOCK(?, ?)`,
-		lockFree:       `SELECT RELEASE_LOCK(?)`,
+		versionsRead:    q(`SELECT COALESCE(MAX(version), 0) FROM {versions}`),
+		versionsRecord:  q(`INSERT INTO {versions} (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))`),
+		lockGet:         `SELECT GET_LOCK(?, ?)`,
+		lockWaitNone:    `SET SESSION lock_wait_timeout = 0`,
+		lockWaitDefault: `SET SESSION lock_wait_timeout = DEFAULT`,
+		lockFree:        `SELECT RELEASE_LOCK(?)`,
 	}
 }

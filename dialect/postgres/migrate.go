@@ -29,6 +29,12 @@ const compactVersion = 7
 // the versions table and the schema check commit or roll back together.
 const migrateLockSQL = `SELECT pg_advisory_xact_lock($1)`
 
+// migrateLockTimeoutSQL bounds each wait of the migration's DDL for a table lock. An ALTER TABLE that waits for a
+// running handler's transaction holds up, behind it, every claim that comes after it: the whole fleet would ack
+// nothing until that handler ended. Waiting at most this long, and failing with lock_not_available (a
+// LockConflict), it lets the claims through; the caller tries again after a pause (inbox's migrate).
+const migrateLockTimeoutSQL = `SET LOCAL lock_timeout = '50ms'`
+
 // The versions table of Migrate, and what it reads of a table migrated without it.
 const (
 	// Whether the inbox table exists in the compact layout of migration 007 (its rows carry consumer ids).
@@ -75,6 +81,9 @@ func (pg *postgres) Migrate(ctx context.Context, pool driver.Pool, p dialect.Mig
 	}()
 	if _, err := tx.Exec(ctx, migrateLockSQL, migrationLockKey(p.Table)); err != nil {
 		return 0, 0, fmt.Errorf("inbox: migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, migrateLockTimeoutSQL); err != nil {
+		return 0, 0, fmt.Errorf("inbox: migrate: set the lock timeout: %w", err)
 	}
 	versions := p.Table + "_migrations"
 	if _, err := tx.Exec(ctx, pg.sql(versionsCreateSQL, p.Table)); err != nil {
