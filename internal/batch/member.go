@@ -198,11 +198,6 @@ func (t *memberTx) failed() error {
 	return nil
 }
 
-// closeView ends the member's view, so that its handler can no longer use the batch's transaction.
-func (t *memberTx) closeView() {
-	t.end()
-}
-
 func (t *memberTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	t.hold(true)
 	return t.b.tx.Exec(ctx, query, args...)
@@ -239,7 +234,7 @@ func (b *batch) acquire(t *memberTx) {
 // Its view is closed first, so that its handler, done, cannot use the transaction after it.
 func (b *batch) release(t *memberTx) {
 	defer b.released()
-	t.closeView()
+	t.end()
 	if b.pipe == nil {
 		b.conn.Unlock()
 		return

@@ -37,9 +37,12 @@ func (s *Store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 		if !c.Claimed || f == nil {
 			return nil
 		}
-		// A row that was there before (a lease released or run out, a row another mode left) keeps the
-		// fingerprint of the message that first claimed it: a copy with another one is a conflict, and the claim is
-		// rolled back, so that the row stays as it was for the copies of its own message.
+		if c.Attempt == 1 && !c.Takeover { // a new row: nothing stored to compare with
+			return s.SaveFingerprint(ctx, tx, consumer, id, f)
+		}
+		// A row that was there before (a lease released or run out) keeps the fingerprint of the message that
+		// first claimed it: a copy with another one is a conflict, and the claim is rolled back, so that the row
+		// stays as it was for the copies of its own message.
 		stored, err := s.ReadFingerprint(ctx, tx, consumer, id)
 		if err != nil {
 			return err
@@ -47,7 +50,7 @@ func (s *Store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 		if fingerprint.Conflicts(stored, f) {
 			return &LeaseFingerprintConflict{Stored: stored}
 		}
-		if stored == nil { // the fingerprint commits with the claim, before the call out (WithFingerprint)
+		if stored == nil { // a row from before WithFingerprint: the fingerprint commits with the claim
 			return s.SaveFingerprint(ctx, tx, consumer, id, f)
 		}
 		return nil
