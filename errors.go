@@ -93,3 +93,13 @@ var ErrTxShared = driver.ErrTxShared
 // has returned: a goroutine that outlives its handler cannot write into the batch's commit, whatever the handler
 // returned. Finish the handler's writes before it returns.
 var ErrHandlerReturned = driver.ErrHandlerReturned
+
+// ErrStmtOfAnotherDB reports, in batch mode (WithBatch), a handler that gave its *sql.Tx a statement prepared on the
+// application's *sql.DB (tx.StmtContext(ctx, stmt)). In batch mode the handler's transaction is the inbox's view
+// of the batch, on a connection pool of the inbox's own, and database/sql refuses statements of another pool on it,
+// as it would on every redelivery: the message is dead-lettered with the reason at its first delivery (nacked
+// after the reject delay without a dead-letter topic), its effect rolled back. Prepare the statement on the
+// transaction itself (tx.PrepareContext), or run it with tx.ExecContext; in transaction mode the handler gets a
+// transaction of the application's *sql.DB, which takes such statements.
+var ErrStmtOfAnotherDB = errors.New("inbox: in batch mode the handler's *sql.Tx belongs to the inbox's own pool, " +
+	"so it cannot run a statement prepared on the application's *sql.DB; prepare it with tx.PrepareContext instead")

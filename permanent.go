@@ -15,7 +15,8 @@ var permanentErrors = []error{
 	ErrSchemaDrift,        // the table has another shape: an operator must mend it
 	// The table has no id left for the consumer's new name: only an operator, or another name or table, can help.
 	ErrConsumerIDsExhausted,
-	ErrNoTx, // a handler helper found no transaction of its kind: a fault of the wiring, held back like one
+	ErrStmtOfAnotherDB, // the handler's code gives a batch's transaction what database/sql refuses on it
+	ErrNoTx,            // a handler helper found no transaction of its kind: a fault of the wiring, held back like one
 }
 
 // IsPermanent reports whether err, as the middleware returns it, says that running the middleware again for the
@@ -29,8 +30,8 @@ var permanentErrors = []error{
 //		ShouldRetry: func(p middleware.RetryParams) bool { return !inbox.IsPermanent(p.Err) },
 //	}
 //
-// It is true for errors wrapping ErrMissingEventID, ErrInvalidEventID and ErrProducedUnstorable (the message can
-// never be applied), ErrAttemptsExhausted (lease mode ran out of attempts), and ErrNoConsumer, ErrInvalidOption,
+// It is true for errors wrapping ErrMissingEventID, ErrInvalidEventID, ErrProducedUnstorable and
+// ErrStmtOfAnotherDB (the message can never be applied as it is handled), ErrAttemptsExhausted (lease mode ran out of attempts), and ErrNoConsumer, ErrInvalidOption,
 // ErrSchemaMissing, ErrSchemaDrift and ErrConsumerIDsExhausted (the configuration or the schema is at fault, which a
 // retry cannot mend; the broker's redelivery finds the table again once it is mended, or migrated by
 // WithAutoMigrate). It is false for

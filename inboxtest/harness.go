@@ -61,6 +61,16 @@ type Conn interface {
 	LeaveRowUnscannedInHandler(ctx context.Context, query string) error
 }
 
+// StmtConn is a Conn whose client library prepares statements on its pool and hands them to a transaction
+// (database/sql's DB.PrepareContext and Tx.StmtContext). The cases that need it skip, saying why, on a Conn
+// without it: pgx prepares statements on a connection, not on its pool.
+type StmtConn interface {
+	Conn
+	// ExecPreparedInHandler prepares query on the Conn's pool and runs it, through the handler's transaction
+	// (tx.StmtContext), as a handler that keeps its statements prepared does.
+	ExecPreparedInHandler(ctx context.Context, query string, args ...any) error
+}
+
 // Dialect is the SQL of one database that the suite needs for its own statements. The inbox's statements are the
 // inbox's: the suite only sets the stage and reads the result, through the columns consumer, message_id, state,
 // attempts, processed_at and locked_until of View.
@@ -181,6 +191,20 @@ func (c stdConn) LeaveRowUnscannedInHandler(ctx context.Context, query string) e
 	}
 	_ = tx.QueryRowContext(ctx, query)
 	return nil
+}
+
+func (c stdConn) ExecPreparedInHandler(ctx context.Context, query string, args ...any) error {
+	tx, ok := inbox.TxFromContext(ctx)
+	if !ok {
+		return errors.New("inboxtest: no *sql.Tx in the handler's context")
+	}
+	stmt, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+	return err
 }
 
 func (c stdConn) EndInHandler(ctx context.Context, commit bool) error {

@@ -51,6 +51,7 @@ var cases = []struct {
 	{"ACopyThatWouldTakeOverAnotherMessagesRowIsAReusedEventID", aTakeoverChecksTheFingerprint},
 	{"ASchemaChangeThatARunningFleetMeetsHoldsUpNoneOfItsClaims", aRolloutStallsNoClaim},
 	{"AHandlerThatLeavesARowUnscannedAndProducesMessagesIsAppliedOnceOrDeadLetteredWithTheReason", unscannedRowThenProduced},
+	{"AStatementPreparedOnTheApplicationsPoolWorksInTransactionModeAndIsDeadLetteredOnceInBatchMode", stmtOfTheApplicationsPool},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInTransactionMode", producedInTransactionMode},
 	{"ProducedMessagesAreReplayedWithTheirIdentitiesAndExactBytesInLeaseMode", producedInLeaseMode},
 	{"LeaseModeReleasesAFailedAttemptAndRunsTheNextWithTheSameIdempotencyKey", leaseReleasesAndRetries},
