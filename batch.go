@@ -28,16 +28,17 @@ func newBatches(d *Database, c config, s *store.Store) *batch.Engine {
 		return nil
 	}
 	return batch.New(batch.Config{Size: c.batchSize, Wait: c.batchWait, Concurrency: c.batchRunning,
-		Pool: d.pool, Store: batchStore{s}, Logger: c.logger})
+		Pool: d.pool, Begin: func(ctx context.Context) (driver.Tx, error) {
+			tx, _, err := d.beginHandlerTx(ctx, true)
+			return tx, err
+		}, Store: batchStore{s}, Logger: c.logger})
 }
 
-// beginOwn begins a message's own transaction; in batch mode, one whose handler gets a view that refuses Commit and
-// Rollback (withOwnView), as a batch member's does.
-func (i *Inbox) beginOwn(ctx context.Context) (driver.Tx, error) {
-	if i.batches != nil {
-		return batch.Begin(ctx, i.db.pool)
-	}
-	return i.db.pool.Begin(ctx, driver.TxOptions{})
+// beginOwn begins a message's own transaction. Its handler gets a view that refuses Commit and Rollback
+// (withOwnView) in batch mode, as a batch member's does, and on a server that can end a transaction under a failed
+// statement (dialect.TxEnder), whose view refuses every statement after it; viewed reports that it does.
+func (i *Inbox) beginOwn(ctx context.Context) (tx driver.Tx, viewed bool, err error) {
+	return i.db.beginHandlerTx(ctx, i.batches != nil)
 }
 
 // applyBatched applies msg in the batch that claims it, or alone when none does.
@@ -53,7 +54,7 @@ func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h messag
 func refusingStmtsOfAnotherDB(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		produced, err := h(msg)
-		if err != nil && strings.Contains(err.Error(), "Tx.Stmt: statement from different database used") {
+		if err != nil && !errors.Is(err, ErrStmtOfAnotherDB) && strings.Contains(err.Error(), "Tx.Stmt: statement from different database used") {
 			return nil, unusable{fmt.Errorf("%w: %w", ErrStmtOfAnotherDB, err)}
 		}
 		return produced, err

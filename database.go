@@ -27,6 +27,8 @@ type Database struct {
 	serverOK atomic.Bool
 	// home is where the pool reaches, as the dialect's Locator describes it, once asked (location).
 	home atomic.Pointer[string]
+	// ends is the dialect's test of the errors that end a transaction under a statement, once asked (endsTx).
+	ends atomic.Pointer[func(error) bool]
 }
 
 // On returns the PostgreSQL Database that pool reaches. joiners find, in a message's context, a subscriber's
@@ -105,6 +107,44 @@ func (d *Database) check(op string) error {
 	}
 	d.serverOK.Store(true)
 	return nil
+}
+
+// beginHandlerTx begins the transaction a handler runs in: one that gives each handler a view of its own
+// (driver.SharedPool) when shared is set or the server can end a transaction under a failed statement
+// (dialect.TxEnder), and a plain one otherwise; pgx's plain one gives views too (driver.Pipeliner). viewed
+// reports that the handler is to get a view (batch.NewAloneView).
+func (d *Database) beginHandlerTx(ctx context.Context, shared bool) (tx driver.Tx, viewed bool, err error) {
+	var opts driver.TxOptions
+	if _, ok := d.dialect.(dialect.TxEnder); ok {
+		if opts.Ends, err = d.endsTx(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	if sp, ok := d.pool.(driver.SharedPool); ok && (shared || opts.Ends != nil) {
+		tx, err := sp.BeginShared(ctx, opts)
+		return tx, true, err
+	}
+	tx, err = d.pool.Begin(ctx, opts)
+	return tx, shared, err
+}
+
+// endsTx returns the dialect's test of the errors that end a transaction under a statement, asking the server
+// once per Database; a failed ask is asked again by the next transaction.
+func (d *Database) endsTx(ctx context.Context) (func(error) bool, error) {
+	if ends := d.ends.Load(); ends != nil {
+		return *ends, nil
+	}
+	tx, err := d.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	ends, err := d.dialect.(dialect.TxEnder).EndsTx(ctx, tx)
+	_ = tx.Rollback(ctx) // it only read
+	if err != nil {
+		return nil, err
+	}
+	d.ends.Store(&ends)
+	return ends, nil
 }
 
 // checkServer asks the server which kind it is when the pool could not tell (check), once per Database: before

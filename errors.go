@@ -89,17 +89,26 @@ var ErrSchemaDrift = errors.New("inbox: schema differs from what the inbox needs
 // unharmed by the call; a handler that wants its message rolled back returns an error instead.
 var ErrTxShared = driver.ErrTxShared
 
-// ErrHandlerReturned is what a statement returns, in batch mode (WithBatch), on the transaction of a handler that
-// has returned: a goroutine that outlives its handler cannot write into the batch's commit, whatever the handler
+// ErrHandlerReturned is what a statement returns, in batch mode (WithBatch) and in every mode on MySQL and MariaDB,
+// on the transaction of a handler that has returned: a goroutine that outlives its handler cannot write into the batch's commit, whatever the handler
 // returned. Finish the handler's writes before it returns.
 var ErrHandlerReturned = driver.ErrHandlerReturned
 
-// ErrStmtOfAnotherDB reports, in batch mode (WithBatch), a handler that gave its *sql.Tx a statement prepared on the
-// application's *sql.DB (tx.StmtContext(ctx, stmt)). In batch mode the handler's transaction is the inbox's view
-// of the batch, on a connection pool of the inbox's own, and database/sql refuses statements of another pool on it,
+// ErrTxEnded is what a statement, and the inbox's commit, return on MySQL and MariaDB once the server rolled the
+// message's transaction back under a failed statement of the handler's (a deadlock, or a lock-wait timeout with
+// innodb_rollback_on_timeout): the server would run whatever follows in autocommit, outside the transaction that
+// holds the inbox's claim. It wraps the statement's error. The message is nacked, nothing of it commits, and its
+// redelivery applies it (docs/guides/mariadb.md).
+var ErrTxEnded = driver.ErrTxEnded
+
+// ErrStmtOfAnotherDB reports, in batch mode (WithBatch) and in every mode on MySQL and MariaDB, a handler that gave
+// its *sql.Tx a statement prepared on the application's *sql.DB (tx.StmtContext(ctx, stmt)). There the handler's
+// transaction is the inbox's view of the batch, or of the message's own transaction (docs/guides/mariadb.md), on a
+// connection pool of the inbox's own, and database/sql refuses statements of another pool on it,
 // as it would on every redelivery: the message is dead-lettered with the reason at its first delivery (nacked
 // after the reject delay without a dead-letter topic), its effect rolled back. Prepare the statement on the
-// transaction itself (tx.PrepareContext), or run it with tx.ExecContext; in transaction mode the handler gets a
-// transaction of the application's *sql.DB, which takes such statements.
-var ErrStmtOfAnotherDB = errors.New("inbox: in batch mode the handler's *sql.Tx belongs to the inbox's own pool, " +
-	"so it cannot run a statement prepared on the application's *sql.DB; prepare it with tx.PrepareContext instead")
+// transaction itself (tx.PrepareContext), or run it with tx.ExecContext; in transaction mode on PostgreSQL the
+// handler gets a transaction of the application's *sql.DB, which takes such statements.
+var ErrStmtOfAnotherDB = errors.New("inbox: in batch mode, and in every mode on MySQL and MariaDB, the handler's *sql.Tx " +
+	"belongs to the inbox's own pool, so it cannot run a statement prepared on the application's *sql.DB; prepare it " +
+	"with tx.PrepareContext instead")

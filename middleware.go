@@ -97,13 +97,13 @@ func (i *Inbox) applyOwnObserved(msg *message.Message, consumer, id string, h me
 
 func (i *Inbox) applyOwnOnce(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	ctx := msg.Context()
-	tx, err := i.beginOwn(ctx)
+	tx, viewed, err := i.beginOwn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
 	}
-	if i.cfg.batchSize > 0 {
+	if viewed {
 		var viewCtx context.Context
-		viewCtx, h = withOwnView(ctx, tx, h)
+		viewCtx, h = withOwnView(ctx, tx, refusingStmtsOfAnotherDB(h))
 		msg.SetContext(viewCtx)
 		defer msg.SetContext(ctx)
 	}

@@ -51,3 +51,16 @@ func AskServer(ctx context.Context, q driver.Executor) (server driver.Server, na
 	}
 	return "", version, nil
 }
+
+// TxEnder is implemented by a dialect whose server can end a transaction under a failed statement and run the
+// statements after it in autocommit: MySQL and MariaDB roll the whole transaction back on a deadlock, and on a
+// lock-wait timeout when innodb_rollback_on_timeout is on. A handler that goes on after such an error would write
+// outside any transaction, and the inbox's COMMIT would succeed on nothing; so the inbox runs every handler of such
+// a database on a view of its transaction (driver.SharedPool) that, given the test through driver.TxOptions.Ends,
+// refuses every statement after it and the commit. PostgreSQL keeps a failed transaction open, refusing every
+// statement until it is rolled back, and needs none of this.
+type TxEnder interface {
+	// EndsTx returns the test, for the server q reaches, of the errors that end a transaction under a statement.
+	// The inbox asks once per Database.
+	EndsTx(ctx context.Context, q driver.Executor) (func(error) bool, error)
+}

@@ -29,6 +29,14 @@ var ErrTxShared = errors.New("inbox: the transaction is shared by a batch of mes
 var ErrHandlerReturned = errors.New("inbox: the handler of this message has returned, and its batch transaction " +
 	"refuses the statements of goroutines that outlive it: finish the handler's writes before it returns")
 
+// ErrTxEnded is what every statement, and Commit, returns on a shared transaction (SharedTx) once a statement's
+// error told that the server ended the transaction under it and went on in autocommit: MySQL and MariaDB roll a
+// transaction back on a deadlock, and on a lock-wait timeout with innodb_rollback_on_timeout (TxOptions.Ends).
+// The inbox's claim went with it, and a statement that ran now would commit on its own, outside any transaction.
+// It wraps the error that ended the transaction.
+var ErrTxEnded = errors.New("inbox: the database rolled back this message's transaction under a failed statement, " +
+	"and refuses every later one: return an error, and the message is applied on its redelivery")
+
 // Executor runs statements on a pool or in a transaction.
 type Executor interface {
 	// Exec runs a statement that returns no rows and reports how many rows it affected.
@@ -73,6 +81,10 @@ type TxOptions struct {
 	ReadCommitted bool
 	// ReadOnly begins a read-only transaction.
 	ReadOnly bool
+	// Ends, when set, tells from a statement's error that the server has ended the transaction under it and runs
+	// what follows in autocommit (dialect.TxEnder). A shared transaction (SharedPool) then refuses every later
+	// statement, its views' and the inbox's, and its Commit, with ErrTxEnded.
+	Ends func(error) bool
 }
 
 // Pool begins transactions on a database.

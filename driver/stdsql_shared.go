@@ -5,13 +5,12 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
-	"io"
-	"reflect"
-	"slices"
+	"fmt"
 	"sync"
 )
 
-// A shared transaction over database/sql is batch mode's: one transaction that the handlers of several messages
+// A shared transaction over database/sql is batch mode's, and every mode's on a server that can end a transaction
+// under a failed statement (TxOptions.Ends): one transaction that the handlers of one or several messages
 // use, each through a *sql.Tx of its own (a view) whose Commit and Rollback return ErrTxShared and leave the
 // transaction as it was. A *sql.Tx cannot be told to refuse its Commit, and once Commit is called it is done
 // whatever its driver answered; so each view is a transaction of a private *sql.DB whose every connection is the
@@ -32,12 +31,15 @@ func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, err
 	if err != nil {
 		return nil, err
 	}
-	s := &sharedTx{drv: p.db.Driver(), conn: conn, release: make(chan struct{}), held: make(chan error, 1)}
+	s := &sharedTx{drv: p.db.Driver(), conn: conn, release: make(chan struct{}), held: make(chan error, 1), ends: opts.Ends}
 	got := make(chan any, 1)
 	go func() {
 		s.held <- conn.Raw(func(dc any) error {
 			got <- dc
 			<-s.release
+			if s.broken {
+				return sqldriver.ErrBadConn // database/sql's pool closes it instead of handing it out again
+			}
 			return nil
 		})
 	}()
@@ -53,7 +55,10 @@ func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, err
 	if opts.ReadCommitted {
 		o.Isolation = sql.LevelReadCommitted
 	}
-	tx, err := s.views.BeginTx(context.WithValue(ctx, ownerKey{}, true), o)
+	// The owner's *sql.Tx ignores ctx's end, which would have database/sql roll it back from a goroutine of its
+	// own while the inbox may be running a statement on the one connection; the inbox ends it itself, and BEGIN
+	// runs with ctx (ownerKey's value).
+	tx, err := s.views.BeginTx(context.WithValue(context.WithoutCancel(ctx), ownerKey{}, ctx), o)
 	if err != nil {
 		s.close()
 		return nil, err
@@ -74,10 +79,14 @@ type sharedTx struct {
 	views   *sql.DB // whose connections are all dc (Connect)
 
 	wire  sync.Mutex // one statement on dc at a time
+	ends  func(error) bool
+	lost  error // ErrTxEnded with the error that ended the server's transaction; guarded by wire
 	mu    sync.Mutex
 	real  sqldriver.Tx // the server's transaction, begun by the owner
 	open  []*view
 	ended bool
+	// broken is set, before release is closed, when dc cannot serve another transaction.
+	broken bool
 }
 
 var (
@@ -98,8 +107,14 @@ func (s *sharedTx) Query(ctx context.Context, query string, args ...any) (Rows, 
 	return s.owner.Query(ctx, query, args...)
 }
 func (s *sharedTx) Native() any { return s.owner.tx }
-func (s *sharedTx) Commit(context.Context) error {
+
+// Commit commits, unless ctx has ended: the transaction is then rolled back, as database/sql's own are.
+func (s *sharedTx) Commit(ctx context.Context) error {
 	s.endViews()
+	if err := ctx.Err(); err != nil {
+		_ = s.end(s.owner.tx.Rollback())
+		return err
+	}
 	return s.end(s.owner.tx.Commit())
 }
 func (s *sharedTx) Rollback(context.Context) error {
@@ -147,6 +162,9 @@ func (s *sharedTx) end(err error) error {
 
 func (s *sharedTx) close() {
 	_ = s.views.Close()
+	if v, ok := s.dc.(sqldriver.Validator); ok && !v.IsValid() {
+		s.broken = true // a statement cancelled on the wire, say
+	}
 	select {
 	case <-s.release:
 	default:
@@ -220,8 +238,12 @@ func (v *view) finish() {
 	}
 }
 
-// refused returns ErrHandlerReturned once the view is closed; called with the wire held.
+// refused returns ErrTxEnded once the server ended the transaction, and ErrHandlerReturned once the view is
+// closed; called with the wire held.
 func (c *viewConn) refused() error {
+	if c.s.lost != nil {
+		return c.s.lost
+	}
 	if c.v != nil && c.v.closedByInbox() {
 		return ErrHandlerReturned
 	}
@@ -269,7 +291,8 @@ func (c *viewConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldr
 		c.v = v
 		return viewTx{v}, nil
 	}
-	if ctx.Value(ownerKey{}) == nil {
+	begin, ok := ctx.Value(ownerKey{}).(context.Context)
+	if !ok {
 		return nil, errors.New("driver: a shared transaction's connection begins only its owner and its views")
 	}
 	c.v = nil
@@ -278,7 +301,7 @@ func (c *viewConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldr
 	var tx sqldriver.Tx
 	var err error
 	if b, ok := c.s.dc.(sqldriver.ConnBeginTx); ok {
-		tx, err = b.BeginTx(ctx, opts)
+		tx, err = b.BeginTx(begin, opts)
 	} else {
 		//lint:ignore SA1019 a driver without BeginTx has only Begin
 		tx, err = c.s.dc.Begin()
@@ -290,7 +313,15 @@ func (c *viewConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldr
 	return ownerTx{c.s}, nil
 }
 
+// fail records err as the view's, and as the end of the transaction when the server ended it (TxOptions.Ends);
+// called with the wire held, so that no statement runs between the error and the refusal of the next.
 func (c *viewConn) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.s.lost == nil && c.s.ends != nil && c.s.ends(err) {
+		c.s.lost = fmt.Errorf("%w: %w", ErrTxEnded, err)
+	}
 	if c.v != nil {
 		c.v.fail(err)
 	}
@@ -364,9 +395,16 @@ func (c *viewConn) Close() error { return nil }
 // ownerTx is the server's transaction, which the inbox commits or rolls back.
 type ownerTx struct{ s *sharedTx }
 
+// Commit commits the server's transaction, unless the server ended it: COMMIT would then succeed on nothing, and
+// the inbox would ack a message whose claim is gone, so it rolls back what ran since (nothing in autocommit) and
+// returns ErrTxEnded.
 func (t ownerTx) Commit() error {
 	t.s.wire.Lock()
 	defer t.s.wire.Unlock()
+	if t.s.lost != nil {
+		_ = t.s.real.Rollback()
+		return t.s.lost
+	}
 	return t.s.real.Commit()
 }
 
@@ -386,198 +424,4 @@ func (t viewTx) Rollback() error {
 		return nil
 	}
 	return ErrTxShared
-}
-
-// viewStmt is a statement prepared on dc, whose errors count as its view's.
-type viewStmt struct {
-	sqldriver.Stmt
-	c *viewConn
-}
-
-func (s *viewStmt) Close() error {
-	s.c.s.wire.Lock()
-	defer s.c.s.wire.Unlock()
-	return s.Stmt.Close()
-}
-
-func (s *viewStmt) Exec(args []sqldriver.Value) (sqldriver.Result, error) {
-	s.c.s.wire.Lock()
-	defer s.c.s.wire.Unlock()
-	if err := s.c.refused(); err != nil {
-		return nil, err
-	}
-	//lint:ignore SA1019 a driver's statement without ExecContext has only Exec
-	res, err := s.Stmt.Exec(args)
-	return res, s.c.fail(err)
-}
-
-func (s *viewStmt) Query(args []sqldriver.Value) (sqldriver.Rows, error) {
-	s.c.s.wire.Lock()
-	defer s.c.s.wire.Unlock()
-	if err := s.c.refused(); err != nil {
-		return nil, err
-	}
-	//lint:ignore SA1019 a driver's statement without QueryContext has only Query
-	rows, err := s.Stmt.Query(args)
-	if err != nil {
-		return nil, s.c.fail(err)
-	}
-	return s.c.opened(rows), nil
-}
-
-func (s *viewStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
-	e, ok := s.Stmt.(sqldriver.StmtExecContext)
-	if !ok {
-		values, err := namedValues(args)
-		if err != nil {
-			return nil, err
-		}
-		return s.Exec(values)
-	}
-	s.c.s.wire.Lock()
-	defer s.c.s.wire.Unlock()
-	if err := s.c.refused(); err != nil {
-		return nil, err
-	}
-	res, err := e.ExecContext(ctx, args)
-	return res, s.c.fail(err)
-}
-
-func (s *viewStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
-	q, ok := s.Stmt.(sqldriver.StmtQueryContext)
-	if !ok {
-		values, err := namedValues(args)
-		if err != nil {
-			return nil, err
-		}
-		return s.Query(values)
-	}
-	s.c.s.wire.Lock()
-	defer s.c.s.wire.Unlock()
-	if err := s.c.refused(); err != nil {
-		return nil, err
-	}
-	rows, err := q.QueryContext(ctx, args)
-	if err != nil {
-		return nil, s.c.fail(err)
-	}
-	return s.c.opened(rows), nil
-}
-
-func (s *viewStmt) CheckNamedValue(nv *sqldriver.NamedValue) error {
-	if n, ok := s.Stmt.(sqldriver.NamedValueChecker); ok {
-		return n.CheckNamedValue(nv)
-	}
-	return s.c.CheckNamedValue(nv)
-}
-
-func namedValues(args []sqldriver.NamedValue) ([]sqldriver.Value, error) {
-	values := make([]sqldriver.Value, len(args))
-	for n, a := range args {
-		if a.Name != "" {
-			return nil, errors.New("driver: the database's driver does not take named arguments")
-		}
-		values[n] = a.Value
-	}
-	return values, nil
-}
-
-// viewRows are the rows of a view's query, whose error while reading counts as its view's. The column type
-// interfaces are passed on when the driver's rows have them.
-type viewRows struct {
-	sqldriver.Rows
-	c      *viewConn
-	closed bool // guarded by the wire
-}
-
-func (r *viewRows) Close() error {
-	r.c.s.wire.Lock()
-	defer r.c.s.wire.Unlock()
-	if r.closed {
-		return nil
-	}
-	if r.c.v != nil {
-		r.c.v.mu.Lock()
-		r.c.v.rows = slices.DeleteFunc(r.c.v.rows, func(o *viewRows) bool { return o == r })
-		r.c.v.mu.Unlock()
-	}
-	return r.closeDriver()
-}
-
-// closeDriver closes the driver's rows once; called with the wire held.
-func (r *viewRows) closeDriver() error {
-	if r.closed {
-		return nil
-	}
-	r.closed = true
-	return r.Rows.Close()
-}
-
-func (r *viewRows) Next(dest []sqldriver.Value) error {
-	r.c.s.wire.Lock()
-	defer r.c.s.wire.Unlock()
-	if r.closed {
-		if err := r.c.refused(); err != nil {
-			return err
-		}
-		return io.EOF
-	}
-	err := r.Rows.Next(dest)
-	if err != io.EOF {
-		r.c.fail(err)
-	}
-	return err
-}
-
-func (r *viewRows) HasNextResultSet() bool {
-	n, ok := r.Rows.(sqldriver.RowsNextResultSet)
-	return ok && n.HasNextResultSet()
-}
-
-func (r *viewRows) NextResultSet() error {
-	n, ok := r.Rows.(sqldriver.RowsNextResultSet)
-	if !ok {
-		return io.EOF
-	}
-	r.c.s.wire.Lock()
-	defer r.c.s.wire.Unlock()
-	if r.closed {
-		return io.EOF
-	}
-	return r.c.fail(n.NextResultSet())
-}
-
-func (r *viewRows) ColumnTypeScanType(index int) reflect.Type {
-	if t, ok := r.Rows.(sqldriver.RowsColumnTypeScanType); ok {
-		return t.ColumnTypeScanType(index)
-	}
-	return reflect.TypeFor[any]()
-}
-
-func (r *viewRows) ColumnTypeDatabaseTypeName(index int) string {
-	if t, ok := r.Rows.(sqldriver.RowsColumnTypeDatabaseTypeName); ok {
-		return t.ColumnTypeDatabaseTypeName(index)
-	}
-	return ""
-}
-
-func (r *viewRows) ColumnTypeLength(index int) (int64, bool) {
-	if t, ok := r.Rows.(sqldriver.RowsColumnTypeLength); ok {
-		return t.ColumnTypeLength(index)
-	}
-	return 0, false
-}
-
-func (r *viewRows) ColumnTypeNullable(index int) (nullable, ok bool) {
-	if t, ok := r.Rows.(sqldriver.RowsColumnTypeNullable); ok {
-		return t.ColumnTypeNullable(index)
-	}
-	return false, false
-}
-
-func (r *viewRows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
-	if t, ok := r.Rows.(sqldriver.RowsColumnTypePrecisionScale); ok {
-		return t.ColumnTypePrecisionScale(index)
-	}
-	return 0, 0, false
 }

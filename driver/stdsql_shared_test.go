@@ -5,21 +5,22 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
 
-func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
+// beginSharedWithRow creates a table of the test's own, begins a shared transaction on db with opts whose owner
+// inserts the row 1, and returns the table, the transaction and a view of it.
+func beginSharedWithRow(t *testing.T, db *sql.DB, opts TxOptions) (string, SharedTx, View) {
+	t.Helper()
 	ctx := context.Background()
-	db := openLibpq(t)
-	db.SetMaxOpenConns(1) // the shared transaction holds the pool's one connection until it ends
 	table := fmt.Sprintf("driver_shared_%d", time.Now().UnixNano())
 	if _, err := db.Exec(`CREATE TABLE ` + table + ` (n int PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.Exec(`DROP TABLE ` + table) })
-
-	s, err := StdSQL(db).(SharedPool).BeginShared(ctx, TxOptions{})
+	s, err := StdSQL(db).(SharedPool).BeginShared(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +31,14 @@ func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return table, s, v
+}
+
+func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
+	ctx := context.Background()
+	db := openLibpq(t)
+	db.SetMaxOpenConns(1) // the shared transaction holds the pool's one connection until it ends
+	table, s, v := beginSharedWithRow(t, db, TxOptions{})
 	handler := v.Native().(*sql.Tx)
 	if _, err := handler.ExecContext(ctx, `INSERT INTO `+table+` VALUES (2)`); err != nil {
 		t.Fatal(err)
@@ -101,6 +110,34 @@ func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
 	}
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("the owner's commit keeps the view's row and its own: %d, %v", n, err)
+	}
+}
+
+// TestStdSQL_OnceAStatementEndedTheServersTransactionEveryLaterOneAndTheCommitAreRefused stands a PostgreSQL error
+// in for MySQL's deadlock (TxOptions.Ends): after it, the view's statements, the owner's and the commit fail with
+// ErrTxEnded wrapping that error, and nothing the transaction ran commits.
+func TestStdSQL_OnceAStatementEndedTheServersTransactionEveryLaterOneAndTheCommitAreRefused(t *testing.T) {
+	ctx := context.Background()
+	db := openLibpq(t)
+	ends := func(err error) bool { return err != nil && strings.Contains(err.Error(), "division by zero") }
+	table, s, v := beginSharedWithRow(t, db, TxOptions{Ends: ends})
+	handler := v.Native().(*sql.Tx)
+	_, cause := handler.ExecContext(ctx, `SELECT 1/0`)
+	if !ends(cause) {
+		t.Fatalf("the statement that ends the transaction: %v", cause)
+	}
+	if _, err := handler.ExecContext(ctx, `INSERT INTO `+table+` VALUES (2)`); !errors.Is(err, ErrTxEnded) || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("the view's next statement: %v", err)
+	}
+	if _, err := s.Exec(ctx, `INSERT INTO `+table+` VALUES (3)`); !errors.Is(err, ErrTxEnded) {
+		t.Fatalf("the owner's next statement: %v", err)
+	}
+	if err := s.Commit(ctx); !errors.Is(err, ErrTxEnded) {
+		t.Fatalf("the commit: %v", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("nothing commits: %d, %v", n, err)
 	}
 }
 

@@ -110,11 +110,21 @@ type Dialect struct {
 	// remove its record from the versions table, so that Migrate applies it again. The case runs them, in order,
 	// in one transaction, each statement as one call (a statement may hold several, as a migration file does).
 	RollBackNewest func(table string) ([]string, error)
+	// BriefLockWait returns the statements that run stmt in a transaction and wait for its locks a second at
+	// most, failing with the database's lock-wait timeout past it.
+	BriefLockWait func(stmt string) []string
+	// ViewsEveryTx is set for a database whose server can end a transaction under a failed statement (MySQL,
+	// MariaDB): the inbox then gives the handler its view of the transaction in every mode, as it does in batch
+	// mode everywhere.
+	ViewsEveryTx bool
 }
 
 // PostgreSQL is the dialect of PostgreSQL, whatever the client library.
 var PostgreSQL = Dialect{
-	Name:  "PostgreSQL",
+	Name: "PostgreSQL",
+	BriefLockWait: func(stmt string) []string {
+		return []string{`SET LOCAL lock_timeout = '1s'`, stmt}
+	},
 	Param: func(n int) string { return "$" + strconv.Itoa(n) },
 	Ago: func(d time.Duration) string {
 		return fmt.Sprintf("(now() - interval '%d microseconds')", d.Microseconds())

@@ -52,8 +52,27 @@ func unscannedRowThenProduced(t *testing.T, conn Conn) {
 		require.EqualValues(t, len(ids), b.Balance(t))
 		require.EqualValues(t, len(ids), b.rows(t))
 	})
+	t.Run("TransactionModeClosesTheResultWhereTheHandlerGetsAView", func(t *testing.T) {
+		b := newBundle(t, conn, true)
+		if !b.d.ViewsEveryTx {
+			t.Skipf("on %s the handler gets its client library's own transaction: TransactionModeDeadLettersWithTheReason", b.d.Name)
+		}
+		var calls atomic.Int64
+		h := b.inbox(t).Middleware(leaving(b, &calls))
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err, "applied with its produced messages")
+		again, err := h(newMsg("evt-1"))
+		require.NoError(t, err)
+		require.Len(t, again, 2, "the copy returns the produced messages stored with its row")
+		require.EqualValues(t, 1, calls.Load())
+		require.EqualValues(t, 1, b.Balance(t))
+		require.EqualValues(t, 1, b.rows(t))
+	})
 	t.Run("TransactionModeDeadLettersWithTheReason", func(t *testing.T) {
 		b := newBundle(t, conn, true)
+		if b.d.ViewsEveryTx {
+			t.Skipf("on %s the handler gets the inbox's view: TransactionModeClosesTheResultWhereTheHandlerGetsAView", b.d.Name)
+		}
 		var calls atomic.Int64
 		dlq := &RecordingPublisher{}
 		h := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(leaving(b, &calls))

@@ -30,6 +30,9 @@ func stmtOfTheApplicationsPool(t *testing.T, conn Conn) {
 	}
 	t.Run("TransactionModeAppliesIt", func(t *testing.T) {
 		b := newBundle(t, conn, true)
+		if b.d.ViewsEveryTx {
+			t.Skipf("on %s the handler gets the inbox's view in transaction mode too: TransactionModeDeadLettersItOnce", b.d.Name)
+		}
 		var calls atomic.Int64
 		h := b.inbox(t).Middleware(credit(b, &calls))
 		for range 2 {
@@ -39,6 +42,22 @@ func stmtOfTheApplicationsPool(t *testing.T, conn Conn) {
 		require.EqualValues(t, 1, calls.Load(), "the copy is skipped")
 		require.EqualValues(t, 1, b.Balance(t))
 		require.EqualValues(t, 1, b.rows(t))
+	})
+	t.Run("TransactionModeDeadLettersItOnceWhereTheHandlerGetsAView", func(t *testing.T) {
+		b := newBundle(t, conn, true)
+		if !b.d.ViewsEveryTx {
+			t.Skipf("on %s the handler gets a transaction of the application's pool: TransactionModeAppliesIt", b.d.Name)
+		}
+		var calls atomic.Int64
+		dlq := &RecordingPublisher{}
+		h := b.inbox(t, inbox.WithDeadLetter(dlq, "deposits.dlq")).Middleware(credit(b, &calls))
+		_, err := h(newMsg("evt-1"))
+		require.NoError(t, err, "a dead-lettered message is acked")
+		dead := dlq.Messages("deposits.dlq")
+		require.Len(t, dead, 1, "dead-lettered at its first delivery")
+		require.Contains(t, dead[0].Metadata.Get(middleware.ReasonForPoisonedKey), "tx.PrepareContext")
+		require.EqualValues(t, 1, calls.Load())
+		require.Zero(t, b.Balance(t))
 	})
 	t.Run("BatchModeDeadLettersItOnceWithTheWayOut", func(t *testing.T) {
 		b := newBundle(t, conn, true)

@@ -47,6 +47,20 @@ func (*mysqlDialect) Speaks() driver.Server { return driver.MySQL }
 // nothing could stop such a commit from keeping a half-run handler's writes as applied.
 func (*mysqlDialect) JoinsSubscriberTx() bool { return false }
 
+// EndsTx (dialect.TxEnder): InnoDB rolls a transaction back whole on a deadlock (1213), and on a lock-wait timeout
+// (1205) only when the server was started with innodb_rollback_on_timeout; otherwise a timeout undoes its statement
+// alone, and a handler may go on, or try the statement again, in the same transaction.
+func (*mysqlDialect) EndsTx(ctx context.Context, q driver.Executor) (func(error) bool, error) {
+	var onTimeout bool
+	if err := q.QueryRow(ctx, "SELECT @@innodb_rollback_on_timeout").Scan(&onTimeout); err != nil {
+		return nil, fmt.Errorf("read innodb_rollback_on_timeout: %w", err)
+	}
+	return func(err error) bool {
+		n := errNumber(err)
+		return n == erLockDeadlock || n == erLockWaitTimeout && onTimeout
+	}, nil
+}
+
 // MySQL's error numbers the inbox branches on.
 const (
 	erDupEntry           = 1062

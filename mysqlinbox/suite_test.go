@@ -21,8 +21,13 @@ var mariaDB = inboxtest.Dialect{
 	ProcessedAgo: func(d time.Duration) string {
 		return fmt.Sprintf("(UTC_TIMESTAMP(6) - INTERVAL %d MICROSECOND)", d.Microseconds())
 	},
-	View: func(table string) string { return table },
-	Row:  func(string) string { return "consumer = ? AND message_id = ?" },
+	View:         func(table string) string { return table },
+	ViewsEveryTx: true,
+	// MariaDB's SET STATEMENT sets the wait for the one statement, leaving the session's as it was.
+	BriefLockWait: func(stmt string) []string {
+		return []string{"SET STATEMENT innodb_lock_wait_timeout = 1 FOR " + stmt}
+	},
+	Row: func(string) string { return "consumer = ? AND message_id = ?" },
 	DropInbox: func(table string) []string {
 		return []string{"DROP TABLE IF EXISTS `" + table + "_produced`, `" + table + "`, `" + table + "_locks`, `" + table + "_migrations`"}
 	},

@@ -81,7 +81,7 @@ func (q *queue) run(members []*member) {
 			m.turn <- nil
 		}
 	}
-	tx, err := Begin(ctx, e.cfg.Pool)
+	tx, err := e.cfg.Begin(ctx)
 	if err != nil {
 		goAlone(members) // each finds out for itself, and is nacked with its own error
 		return

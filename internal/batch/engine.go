@@ -75,8 +75,11 @@ type Config struct {
 	// Concurrency is how many batches at a time let their members use the database (WithBatchConcurrency), at
 	// least 1.
 	Concurrency int
-	// Pool begins the batches' transactions.
+	// Pool is the pool the batches' transactions are on, for its limit of connections (driver.PoolLimit).
 	Pool driver.Pool
+	// Begin begins a batch's transaction: one that gives each handler a view of its own when the adapter can
+	// (driver.SharedPool).
+	Begin func(ctx context.Context) (driver.Tx, error)
 	// Store runs the engine's statements.
 	Store Store
 	// Logger logs what the engine does on its own; nil logs nothing.
@@ -96,15 +99,6 @@ func New(cfg Config) *Engine {
 		cfg.Logger = watermill.NopLogger{}
 	}
 	return &Engine{cfg: cfg}
-}
-
-// Begin begins a transaction that gives each handler a view of its own when the adapter can (driver.SharedPool):
-// a batch's, or in batch mode a message's that goes alone, whose handler then meets the rules a member's meets.
-func Begin(ctx context.Context, pool driver.Pool) (driver.Tx, error) {
-	if sp, ok := pool.(driver.SharedPool); ok {
-		return sp.BeginShared(ctx, driver.TxOptions{})
-	}
-	return pool.Begin(ctx, driver.TxOptions{})
 }
 
 // Apply applies m, a message of consumer with event ID id and context ctx, in the batch that claims it, or alone

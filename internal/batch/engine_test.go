@@ -170,7 +170,9 @@ func setup(t *testing.T, size, concurrency int) *bundle {
 	t.Helper()
 	j := &journal{}
 	pool := &fakePool{j: j}
-	e := New(Config{Size: size, Wait: 0, Concurrency: concurrency, Pool: pool, Store: &fakeStore{j: j, claimed: map[string]bool{}}})
+	e := New(Config{Size: size, Wait: 0, Concurrency: concurrency, Pool: pool,
+		Begin: func(ctx context.Context) (driver.Tx, error) { return pool.Begin(ctx, driver.TxOptions{}) },
+		Store: &fakeStore{j: j, claimed: map[string]bool{}}})
 	return &bundle{e: e, j: j, pool: pool, errs: map[string]error{}}
 }
 
