@@ -46,7 +46,7 @@ func (t *deferredTx) execPipelined(ctx context.Context, seats []int, sqls []stri
 		t.pipe.Queue(memberSavepoint(seats[k], &memberSavepointSQL, "savepoint "))
 		t.pipe.Queue(sqls[k], args[k]...)
 	}
-	br := t.sendBatch(ctx, &t.pipe)
+	br := t.conn.SendBatch(ctx, &t.pipe)
 	for k := range sqls {
 		if _, err = br.Exec(); err != nil {
 			break

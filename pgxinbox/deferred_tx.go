@@ -59,8 +59,6 @@ type deferredTx struct {
 	first  firstRow
 
 	pipe pgx.Batch // the batch members' first statements (execPipelined)
-
-	watched watchedBatch // the results of the last batch sent on a context that can be cancelled (sendBatch)
 }
 
 // deferredState is where a held-back statement is.
@@ -237,7 +235,7 @@ func (t *deferredTx) readLead(br pgx.BatchResults) error {
 // send sends the statement with what it carries, and reads the answers to those; the statement's are next in br.
 func (t *deferredTx) send(ctx context.Context, sql string, args []any) (br pgx.BatchResults, beginning bool, err error) {
 	beginning = t.state == pending
-	br = t.sendBatch(ctx, t.withLead(sql, args))
+	br = t.conn.SendBatch(ctx, t.withLead(sql, args))
 	return br, beginning, t.readLead(br)
 }
 
@@ -397,7 +395,7 @@ func (t *deferredTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 	if err := t.ensureBegun(ctx); err != nil {
 		return errBatch{t.conn, err}
 	}
-	return t.sendBatch(ctx, b)
+	return t.conn.SendBatch(ctx, b)
 }
 
 // CopyFrom copies rows in the transaction, after BEGIN if it is the first use.
@@ -489,7 +487,7 @@ func (t *deferredTx) commitWith(ctx context.Context, sql string, args []any) (ra
 	t.queued[n] = pgx.QueuedQuery{SQL: commitSQL}
 	t.queue[n] = &t.queued[n]
 	b.QueuedQueries = t.queue[:n+1]
-	br := t.sendBatch(ctx, b)
+	br := t.conn.SendBatch(ctx, b)
 	err = t.readLead(br)
 	if err == nil {
 		_, err = br.Exec()
@@ -535,7 +533,6 @@ func (t *deferredTx) end() {
 	t.first = firstRow{}
 	t.batch.QueuedQueries = nil
 	t.queued = [4]pgx.QueuedQuery{}
-	t.watched.unwatch() // of a batch left open, whose connection, busy, the pool closes
 	if t.pooled != nil {
 		t.pooled.Release() // the pool closes a connection left busy, closed or in a transaction
 		t.pooled = nil

@@ -1,13 +1,13 @@
 module github.com/effectively-once/watermill-inbox/pgxinbox
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/effectively-once/watermill-inbox v0.1.0
 	github.com/google/uuid v1.6.0
-	github.com/jackc/pgx/v5 v5.8.0
+	github.com/jackc/pgx/v5 v5.9.2
 	github.com/lib/pq v1.12.3
 	github.com/stretchr/testify v1.11.1
 )

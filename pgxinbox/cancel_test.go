@@ -31,7 +31,7 @@ import (
 // exec mode, whether the context is cancelled or runs out, with pgx's default handling of a cancelled context (a
 // deadline on the connection) or with a cancel request (the connection's BuildContextWatcherHandler decides). Each
 // runs as the transaction's first statement, which the inbox's transaction sends in one batch with BEGIN, or in a
-// batch of the handler's own: the inbox watches the context of those batches itself (see cancel_watch.go).
+// batch of the handler's own, whose context pgx watches (from v5.9.0 its watch ends with the batch, however it ended).
 func TestDeferredTx_AStatementWhoseContextEndsFailsAsInPgxsOwnTransaction(t *testing.T) {
 	t.Parallel()
 	handlers := map[string]func(*pgconn.PgConn) ctxwatch.Handler{
