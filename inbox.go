@@ -17,9 +17,10 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
-// Inbox deduplicates the messages of Watermill handlers against a PostgreSQL table. Build one with New and install
-// its Middleware on a router, or use the package-level Middleware. An Inbox is safe for concurrent use and holds
-// no goroutines, so it needs no closing.
+// Inbox deduplicates the messages of Watermill handlers against an inbox table in the database of their effects
+// (PostgreSQL, or MySQL and MariaDB through mysqlinbox). Build one with New and install its Middleware on a router,
+// or use the package-level Middleware. An Inbox is safe for concurrent use and holds no goroutines, so it needs no
+// closing.
 type Inbox struct {
 	db            *Database
 	cfg           config
