@@ -64,7 +64,7 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 		return nil, fmt.Errorf("%w: WithFingerprint: the %s inbox cannot store fingerprints", ErrInvalidOption, d.dialect.Name())
 	}
 	s := store.New(d.dialect, c.table, d.pool)
-	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: readiness.New[IDType](c.table)}, nil
+	return &Inbox{db: d, cfg: c, store: s, batches: newBatches(d, c, s), readiness: readiness.New[IDType](s.Losses())}, nil
 }
 
 // claimsAtCommit reports whether d's transactions can send the claim with COMMIT: its dialect writes the claim as

@@ -82,7 +82,8 @@ func inboxWith(t *testing.T, opts ...Option) *Inbox {
 	t.Helper()
 	c, err := newConfig(opts)
 	require.NoError(t, err)
-	return &Inbox{cfg: c, store: store.New(postgres.Dialect(), c.table, nil), readiness: readiness.New[IDType](c.table)}
+	s := store.New(postgres.Dialect(), c.table, nil)
+	return &Inbox{cfg: c, store: s, readiness: readiness.New[IDType](s.Losses())}
 }
 
 func TestIdentify_ReadsTheEventIDAndRefusesOneItCannotStore(t *testing.T) {

@@ -5,7 +5,6 @@ package readiness
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 )
 
@@ -23,25 +22,12 @@ type run[T any] struct {
 	losses uint64 // the table's loss count when the check began
 }
 
-// New returns the gate of an inbox over table.
-func New[T any](table string) *Gate[T] {
-	return &Gate[T]{turn: make(chan struct{}, 1), losses: lossCounter(table)}
+// New returns the gate of an inbox whose statements count in losses those that found the table missing. The
+// gate compares the count with the one its last check began at, so a table dropped while the process runs is
+// checked again by the next message instead of failing every claim alike.
+func New[T any](losses *atomic.Uint64) *Gate[T] {
+	return &Gate[T]{turn: make(chan struct{}, 1), losses: losses}
 }
-
-// losses counts, per table name, the statements that found the table missing. A Gate compares the count with the
-// one its last check began at, so a table dropped while the process runs is checked again by the next message
-// instead of failing every claim alike. The count is kept by name, not per inbox, because the statements' error
-// translation knows only the name; an inbox over a table of the same name in another database then checks once
-// more than it needed to, which is harmless. It holds one counter per table name the process uses.
-var losses sync.Map // table name -> *atomic.Uint64
-
-func lossCounter(table string) *atomic.Uint64 {
-	c, _ := losses.LoadOrStore(table, new(atomic.Uint64))
-	return c.(*atomic.Uint64)
-}
-
-// Lost tells every Gate over table to check again.
-func Lost(table string) { lossCounter(table).Add(1) }
 
 // Ready returns the outcome of the last check unless it failed or the table was found missing since; otherwise it
 // runs check, one caller at a time, or gives up when ctx ends while it waits its turn.

@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/produced"
-	"github.com/effectively-once/watermill-inbox/internal/readiness"
 )
 
 // States of an inbox row. The transaction mode writes StateDone, or StateApplying inside a transaction it does
@@ -36,7 +36,13 @@ type Store struct {
 	table string
 	pool  driver.Pool
 	ids   sync.Map // consumer name -> int: the id the database stores for it
+	// losses counts the statements that found the table missing; the inbox's schema gate checks again after one
+	// (internal/readiness).
+	losses atomic.Uint64
 }
+
+// Losses is the count of this store's statements that found the table missing.
+func (s *Store) Losses() *atomic.Uint64 { return &s.losses }
 
 func New(d dialect.Dialect, table string, pool driver.Pool) *Store {
 	return &Store{d: d, table: table, pool: pool}
@@ -56,7 +62,7 @@ func (s *Store) ConsumerID(ctx context.Context, consumer string) (int, error) {
 	if err != nil {
 		switch s.d.Classify(err) {
 		case dialect.NoTable:
-			readiness.Lost(s.table)
+			s.losses.Add(1)
 			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: %w", consumer, s.table, ErrSchemaMissing, err)
 		case dialect.SequenceExhausted:
 			return 0, fmt.Errorf("inbox: register consumer %s in table %s: %w: every id of %s_consumers is taken by a name "+
@@ -298,7 +304,7 @@ func (s *Store) ClaimAtCommit(ctx context.Context, consumer, id string) (query s
 }
 
 // wrap adds the operation and the row to a driver error, and translates the errors callers branch on: "no such
-// table" into ErrSchemaMissing, after which every Inbox over the table checks its schema again; a claim's stale
+// table" into ErrSchemaMissing, after which this Inbox checks its schema again; a claim's stale
 // consumer id into ErrStaleConsumer, after which this Inbox registers its consumers again; and, in the claims,
 // an ID the column cannot hold into ErrInvalidEventID, which the middleware dead-letters instead of nacking it
 // forever. Only a claim may blame the ID: it is the first statement to send it, and the consumer name, the one other
@@ -306,7 +312,7 @@ func (s *Store) ClaimAtCommit(ctx context.Context, consumer, id string) (query s
 func (s *Store) wrap(op, consumer, id string, err error) error {
 	switch s.d.Classify(err) {
 	case dialect.NoTable:
-		readiness.Lost(s.table)
+		s.losses.Add(1)
 		s.ids.Clear()
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
 	case dialect.IDRefused:
