@@ -10,11 +10,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/lib/pq"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 func TestANilHandleIsRefusedWhenTheInboxIsBuilt(t *testing.T) {

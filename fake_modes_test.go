@@ -10,12 +10,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/fakedb"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // The modes' logic over the in-memory database of internal/fakedb: no database, so these run under -short too.

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
 )

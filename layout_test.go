@@ -15,7 +15,7 @@ import (
 // The library's packages, by directory from the module's root; their non-test files are what a user compiles.
 var libraryDirs = []string{
 	".", "dialect", "dialect/postgres", "driver", "internal/batch", "internal/fakedb", "internal/fingerprint",
-	"internal/maintain", "internal/produced", "internal/readiness", "internal/store", "internal/text",
+	"internal/maintain", "internal/produced", "internal/readiness", "internal/require", "internal/store", "internal/text",
 	"mysqlinbox", "pgxinbox", "otelinbox", "prommetrics", "inboxcheck", "inboxtest", "cmd/watermill-inbox",
 }
 

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // TestLease_ACopyOfAFinishedMessageTakesNoRowLock proves that lease mode's claim looks at the row before it tries

@@ -8,11 +8,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/internal/readiness"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 

@@ -9,7 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // levelLogger records the level of each entry.

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/lib/pq"
-	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // trips counts the round trips of every connection a lib/pq database dialled through it: a turn of the

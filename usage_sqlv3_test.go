@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // freshV3Main is a user's program that reads deposits from watermill-sql v3's subscriber and adds the inbox with

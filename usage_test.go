@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // freshModuleMain is the README's usage, verbatim where it matters, as a user's program would hold it.

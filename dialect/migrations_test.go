@@ -4,7 +4,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stretchr/testify/require"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 )

@@ -15,11 +15,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/lib/pq"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/inboxcheck"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 func TestMain(m *testing.M) {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // Lease mode between consumers: two Inboxes of one consumer never hold a lease together, a transaction-mode copy

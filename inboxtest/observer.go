@@ -10,9 +10,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // EventRecorder is an inbox.Observer that keeps every event the inbox reports, in order, with the name of its hook

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // pgbouncerBinary is where Debian's pgbouncer package installs the pooler.

@@ -13,9 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
 // The fuzz tests of PostgresSecurity: a fuzzed event ID, consumer name or error text under a fuzzed session.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/stretchr/testify/require"
+	"github.com/effectively-once/watermill-inbox/internal/require"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
 )
@@ -41,9 +41,10 @@ func TestExpand_NamesTheTableInEveryPlaceholderOnceAndKeepsTheText(t *testing.T)
 
 func TestPartitionedMigrations_ChangeOnlyTheFirstMigration(t *testing.T) {
 	t.Parallel()
-	ms, err := theDialect.Migrations("billing", "uuid")
+	pg := &postgres{}
+	ms, err := pg.Migrations("billing", "uuid")
 	require.NoError(t, err)
-	parted, err := theDialect.PartitionedMigrations("billing", ms)
+	parted, err := pg.PartitionedMigrations("billing", ms)
 	require.NoError(t, err)
 	require.Contains(t, parted[0].Up, `) PARTITION BY RANGE (message_id);`)
 	require.Contains(t, parted[0].Up, `CREATE TABLE IF NOT EXISTS "billing_default" PARTITION OF "billing" DEFAULT;`)
@@ -51,9 +52,9 @@ func TestPartitionedMigrations_ChangeOnlyTheFirstMigration(t *testing.T) {
 	require.Equal(t, ms[1:], parted[1:])
 	require.NotEqual(t, ms[0].Up, parted[0].Up, "the input is left as it was")
 
-	_, err = theDialect.PartitionedMigrations("billing", ms[1:])
+	_, err = pg.PartitionedMigrations("billing", ms[1:])
 	require.ErrorContains(t, err, "no migration 001")
-	_, err = theDialect.Migrations("billing", "bigint")
+	_, err = pg.Migrations("billing", "bigint")
 	require.ErrorContains(t, err, `the ID type "bigint" is not supported`)
 }
 
