@@ -15,11 +15,10 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Dialect returns the inbox's dialect for MySQL 8 and MariaDB 10.11 or later, for inbox.OnDialect. Database uses
-// it.
-func Dialect() dialect.Dialect { return theDialect }
-
-var theDialect dialect.Dialect = &mysqlDialect{}
+// Dialect returns a dialect for MySQL 8 and MariaDB 10.11 or later, for inbox.OnDialect; Database uses one. Each
+// keeps the statements it writes for the tables it is asked about, so each Database holds its own: nothing is
+// shared across the process.
+func Dialect() dialect.Dialect { return &mysqlDialect{} }
 
 type mysqlDialect struct {
 	queries sync.Map // table name -> *queries

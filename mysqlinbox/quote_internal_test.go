@@ -50,7 +50,7 @@ func TestSecurity_TheTableNameIsQuotedAsAnIdentifierEverywhere(t *testing.T) {
 	}
 	require.Greater(t, named, 30, "the statements name the table")
 
-	ms, err := theDialect.Migrations(name, "")
+	ms, err := Dialect().Migrations(name, "")
 	if err != nil {
 		return // refused before any SQL is made of it: as safe
 	}
@@ -59,4 +59,15 @@ func TestSecurity_TheTableNameIsQuotedAsAnIdentifierEverywhere(t *testing.T) {
 		requireNamesQuoted(t, m.Down, name, m.Name+" down")
 		require.Contains(t, m.Up, "`in``box_produced`")
 	}
+}
+
+func TestDialect_EachCallKeepsItsOwnStatements(t *testing.T) {
+	t.Parallel()
+	one, two := Dialect().(*mysqlDialect), Dialect().(*mysqlDialect)
+	require.False(t, one == two, "each Database holds a dialect of its own")
+	one.sql("billing")
+	_, kept := one.queries.Load("billing")
+	require.True(t, kept)
+	_, shared := two.queries.Load("billing")
+	require.False(t, shared, "what one wrote is not in the other")
 }

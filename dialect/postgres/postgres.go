@@ -20,10 +20,9 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Dialect returns the PostgreSQL dialect.
-func Dialect() dialect.Dialect { return theDialect }
-
-var theDialect = &postgres{}
+// Dialect returns a PostgreSQL dialect. Each one keeps the statements it expands for the tables it is asked about,
+// so each Database holds its own: nothing is shared across the process.
+func Dialect() dialect.Dialect { return &postgres{} }
 
 // The contracts the inbox finds by type assertion: a rename would switch the feature off without a word.
 var (

@@ -120,3 +120,17 @@ func TestWithID_AnIDThatIsNotASCIIIsSentAsBytesSoNoSessionEncodingReadsIt(t *tes
 	require.Equal(t, []byte("\u0081\\'"), arg)
 	require.NotContains(t, query, "{id}")
 }
+
+func TestDialect_EachCallKeepsItsOwnStatements(t *testing.T) {
+	t.Parallel()
+	one, two := Dialect().(*postgres), Dialect().(*postgres)
+	require.False(t, one == two, "each Database holds a dialect of its own")
+	one.sql(claimSQL, "billing")
+	one.mu.RLock()
+	kept := len(one.statements)
+	one.mu.RUnlock()
+	require.Equal(t, 1, kept)
+	two.mu.RLock()
+	defer two.mu.RUnlock()
+	require.Empty(t, two.statements, "what one expanded is not in the other")
+}
