@@ -17,7 +17,7 @@ import (
 // was lost) is rolled back, h's effect with it, and the message goes the usual way, claim first: a copy is then
 // skipped as a duplicate, and anything else is applied or settled as without the option. A COMMIT that fails after
 // the claim was made is reported as the usual commit is.
-func (i *Inbox) applyAtCommit(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+func (i *core) applyAtCommit(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
 	ob := i.observe(msg, consumer, id, ModeTransaction)
 	claim, args, err := i.store.ClaimAtCommit(ctx, consumer, id)
@@ -48,7 +48,7 @@ func (i *Inbox) applyAtCommit(msg *message.Message, consumer, id string, h messa
 // runThenClaim runs h on tx, stores what it produced, and sends the claim with COMMIT. ran reports that the claim
 // was made, and err is then the COMMIT's; otherwise nothing committed, and a panic of h's is taken as a failure of
 // this attempt (the usual way runs h again, and lets a second panic through).
-func (i *Inbox) runThenClaim(msg *message.Message, consumer, id string, h message.HandlerFunc, tx driver.Tx, cw driver.CommitWither,
+func (i *core) runThenClaim(msg *message.Message, consumer, id string, h message.HandlerFunc, tx driver.Tx, cw driver.CommitWither,
 	ob *observed, claim string, args []any) (produced []*message.Message, ran bool, start time.Time, err error) {
 	ctx := msg.Context()
 	defer func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -34,36 +33,15 @@ func newBatches(d *Database, c config, s *store.Store) *batch.Engine {
 		}, Store: batchStore{s}, Logger: c.logger})
 }
 
-// beginOwn begins a message's own transaction. Its handler gets a view that refuses Commit and Rollback
-// (withOwnView) in batch mode, as a batch member's does, and on a server that can end a transaction under a failed
-// statement (dialect.TxEnder), whose view refuses every statement after it; viewed reports that it does.
-func (i *Inbox) beginOwn(ctx context.Context) (tx driver.Tx, viewed bool, err error) {
-	return i.db.beginHandlerTx(ctx, i.batches != nil)
-}
-
 // applyBatched applies msg in the batch that claims it, or alone when none does.
-func (i *Inbox) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+func (i *core) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	h = refusingStmtsOfAnotherDB(h)
 	return i.batches.Apply(msg.Context(), consumer, id, &batchMessage{i: i, msg: msg, consumer: consumer, id: id, h: h})
 }
 
-// refusingStmtsOfAnotherDB returns h, whose error becomes unusable (ErrStmtOfAnotherDB) when it is database/sql's
-// refusal of a statement prepared on another *sql.DB: the handler's transaction is a view on the inbox's own pool,
-// and the same handler would meet the same refusal on every redelivery. database/sql refuses it before any driver
-// sees the statement, so its text is the only sign of it.
-func refusingStmtsOfAnotherDB(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		produced, err := h(msg)
-		if err != nil && !errors.Is(err, ErrStmtOfAnotherDB) && strings.Contains(err.Error(), "Tx.Stmt: statement from different database used") {
-			return nil, unusable{fmt.Errorf("%w: %w", ErrStmtOfAnotherDB, err)}
-		}
-		return produced, err
-	}
-}
-
 // batchMessage is one message in the batch engine: its handler, and the inbox's ways to end it.
 type batchMessage struct {
-	i            *Inbox
+	i            *core
 	msg          *message.Message
 	consumer, id string
 	h            message.HandlerFunc

@@ -1,14 +1,14 @@
 package inbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
 // AttemptsKey is the metadata key that holds, on a message lease mode dead-lettered, how many times the handler ran.
@@ -21,7 +21,7 @@ const AttemptsKey = "attempts_poisoned"
 // dropped. With a dead-letter publisher the message is published there with the reason and then acked (nil);
 // without one, or when that publish fails, the message is nacked (the returned error) after the reject delay, so a
 // poison message is kept but cannot spin in a hot redelivery loop.
-func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error {
+func (i *core) reject(msg *message.Message, consumer string, cause error) error {
 	ctx := msg.Context()
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "consumer": consumer, "reason": cause.Error()}
 	if i.cfg.dlqPublisher == nil {
@@ -45,7 +45,7 @@ func (i *Inbox) reject(msg *message.Message, consumer string, cause error) error
 // apply, at the first such message: the line logged for each message gives its reason, but not that the messages
 // behind it wait too. It is logged then rather than at construction, where most consumers never need a dead-letter
 // topic and the warning would be noise.
-func (i *Inbox) warnNoDeadLetter(cause error, fields watermill.LogFields) {
+func (i *core) warnNoDeadLetter(cause error, fields watermill.LogFields) {
 	if i.warnedNoDLQ.Swap(true) {
 		return
 	}
@@ -56,7 +56,7 @@ func (i *Inbox) warnNoDeadLetter(cause error, fields watermill.LogFields) {
 }
 
 // deadLetter publishes a copy of msg to the dead-letter topic with cause and extra in its metadata.
-func (i *Inbox) deadLetter(msg *message.Message, cause error, extra map[string]string) error {
+func (i *core) deadLetter(msg *message.Message, cause error, extra map[string]string) error {
 	ctx := msg.Context()
 	dead := msg.Copy()
 	dead.Metadata.Set(middleware.ReasonForPoisonedKey, cause.Error())
@@ -72,35 +72,21 @@ func (i *Inbox) deadLetter(msg *message.Message, cause error, extra map[string]s
 	return nil
 }
 
-// reasonLabel names the sentinel behind a dead letter, for a metric label: a bounded set, unlike error texts.
-func reasonLabel(err error) string {
+// settle returns err for the router, once apply's transaction or savepoint is rolled back: an unusable message is
+// rejected (dead-lettered, or nacked after the reject delay), a missing table or a consumer name the table has no
+// id left for holds the message back for the reject delay; anything else goes on as it is.
+func (i *core) settle(msg *message.Message, consumer string, err error) error {
+	var u unusable
 	switch {
-	case errors.Is(err, ErrMissingEventID):
-		return "missing_id"
-	case errors.Is(err, ErrInvalidEventID):
-		return "invalid_id"
-	case errors.Is(err, ErrAttemptsExhausted):
-		return "attempts_exhausted"
-	case errors.Is(err, ErrNoConsumer):
-		return "no_consumer"
-	case errors.Is(err, ErrProducedUnstorable):
-		return "unstorable_produced"
-	case errors.Is(err, ErrFingerprintConflict):
-		return "fingerprint_conflict"
-	}
-	return "other"
-}
-
-// sleepThen waits d, or less if ctx ends first or the subscription that delivered its message ends (see
-// EndDelaysOnClose), and returns err: the delay belongs to the nack that err causes. Every wait of the middleware
-// goes through here, so that a closing router can end them all.
-func sleepThen(ctx context.Context, d time.Duration, err error) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	case <-closing(ctx):
+	case errors.As(err, &u):
+		return i.reject(msg, consumer, u.error)
+	// Faults of the table or of the wiring, not of the message's, held back so that the redelivery does not spin: a
+	// missing table, a consumer name the table has no id left for, a handler helper of the other client library, a
+	// connection whose session encoding would change the ID, and a claim whose retry with the id the name has now
+	// found that one stale too (the consumers table is being made anew again).
+	case errors.Is(err, ErrSchemaMissing), errors.Is(err, ErrConsumerIDsExhausted), errors.Is(err, ErrNoTx),
+		errors.Is(err, store.ErrStaleConsumer), errors.Is(err, ErrClientEncoding):
+		return i.holdBack(msg, err)
 	}
 	return err
 }

@@ -112,3 +112,9 @@ var ErrTxEnded = driver.ErrTxEnded
 var ErrStmtOfAnotherDB = errors.New("inbox: in batch mode, and in every mode on MySQL and MariaDB, the handler's *sql.Tx " +
 	"belongs to the inbox's own pool, so it cannot run a statement prepared on the application's *sql.DB; prepare it " +
 	"with tx.PrepareContext instead")
+
+// ErrNoTx reports a handler built with Handler or ProducingHandler (or pgxinbox's) that found no transaction of its
+// kind in its message's context, so its function was not called: the error says why and what to do. It is a fault
+// of the wiring, so retrying the message cannot mend it: under the inbox's middleware the message is held back for
+// the reject delay, as for other configuration faults, and IsPermanent reports true.
+var ErrNoTx = errors.New("inbox: no inbox transaction in the message's context")

@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -14,53 +13,8 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
-// Fingerprint configures WithFingerprint.
-type Fingerprint struct {
-	// MetadataKeys names the metadata whose values count in a message's fingerprint besides its payload, in this
-	// order; none by default. Name what tells two events apart (an event type, a schema version), never what each
-	// copy gets anew (a trace ID, a delivery count): that would make every copy a conflict.
-	MetadataKeys []string
-	// DeadLetter dead-letters a conflicting copy, with ErrFingerprintConflict as its reason, instead of skipping
-	// it, the default. It needs WithDeadLetter.
-	DeadLetter bool
-}
-
-// WithFingerprint catches a producer that reuses an event ID for another event: an ID built from an order number
-// and sent for "paid" and then "refunded", a counter reset by a restore. The inbox stores with each row a short
-// hash (8 bytes of SHA-256) of the message's payload and of the metadata f names, and compares it with every later
-// copy's. A copy that differs is a conflict: it is logged at ERROR with both fingerprints, reported to
-// Observer.FingerprintConflict (the prommetrics and otelinbox observers count it) and skipped, or dead-lettered
-// when f says so. Off by default.
-//
-// The fingerprint needs a column of its own, which Migrate adds when it is given this option, without rewriting
-// the table (so does the middleware's first message, unless WithAutoMigrate(false)); docs/storage.md measures
-// what it costs per row. Rows written before it have none and are never a conflict. It costs one statement per
-// claimed message, in the claim's transaction, and one per copy of an applied message. It works in transaction,
-// batch and lease mode, and in a joined subscriber's transaction; not with WithClaimAtCommit, whose claim goes
-// after the handler.
-func WithFingerprint(f Fingerprint) SharedOption {
-	f.MetadataKeys = slices.Clone(f.MetadataKeys)
-	return sharedOption(func(c *config) { c.fingerprint = &f })
-}
-
-// ConflictEvent is a copy of an event ID that was applied before for another message (WithFingerprint).
-type ConflictEvent struct {
-	// Consumer is the consumer name the message is applied for.
-	Consumer string
-	// EventID is the reused event ID.
-	EventID string
-	// Mode is how the message is applied.
-	Mode Mode
-	// Message is the copy that conflicts. Do not change it.
-	Message *message.Message
-	// Stored and Received are the fingerprints of the applied message and of this copy, in hexadecimal.
-	Stored, Received string
-	// DeadLettered is true when the copy is dead-lettered, false when it is skipped.
-	DeadLettered bool
-}
-
 // fingerprintOf returns msg's fingerprint, or nil without WithFingerprint.
-func (i *Inbox) fingerprintOf(msg *message.Message) []byte {
+func (i *core) fingerprintOf(msg *message.Message) []byte {
 	if i.cfg.fingerprint == nil {
 		return nil
 	}
@@ -70,7 +24,7 @@ func (i *Inbox) fingerprintOf(msg *message.Message) []byte {
 // checkCopy compares a copy of an applied message with the fingerprint stored with its row, which read returns,
 // and, when they differ, reports the conflict and returns the error that ends the copy: an unusable one, which
 // settle dead-letters, when the options say so; nil when the copy is skipped, as a copy is.
-func (i *Inbox) checkCopy(msg *message.Message, consumer, id string, mode Mode, read func() ([]byte, error)) error {
+func (i *core) checkCopy(msg *message.Message, consumer, id string, mode Mode, read func() ([]byte, error)) error {
 	theirs := i.fingerprintOf(msg)
 	if theirs == nil {
 		return nil
@@ -97,7 +51,7 @@ func (i *Inbox) checkCopy(msg *message.Message, consumer, id string, mode Mode, 
 
 // committedFingerprint returns a read of the fingerprint stored with the row of (consumer, id) in a short
 // transaction of its own, for a copy that has no transaction of the inbox's to read it in.
-func (i *Inbox) committedFingerprint(ctx context.Context, consumer, id string) func() ([]byte, error) {
+func (i *core) committedFingerprint(ctx context.Context, consumer, id string) func() ([]byte, error) {
 	return func() (f []byte, err error) {
 		err = store.InShortTx(ctx, i.db.pool, i.store.Dialect(), func(tx driver.Tx) error {
 			f, err = i.store.ReadFingerprint(ctx, tx, consumer, id)
@@ -143,7 +97,7 @@ func inspectFingerprint(ctx context.Context, d dialect.Dialect, q driver.Executo
 // out, a row lease mode left), whether the row carries the fingerprint of another message, which read returns.
 // Such a copy is a reused event ID as the copy of a finished row is: reported, then skipped, or dead-lettered with
 // the unusable error returned, and its handler never runs; the row stays for its own message's copies.
-func (i *Inbox) takenOverByAnother(msg *message.Message, consumer, id string, ob *observed, read func() ([]byte, error)) (bool, error) {
+func (i *core) takenOverByAnother(msg *message.Message, consumer, id string, ob *observed, read func() ([]byte, error)) (bool, error) {
 	theirs := i.fingerprintOf(msg)
 	if theirs == nil {
 		return false, nil

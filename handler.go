@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"reflect"
 
@@ -11,12 +10,6 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/driver"
 )
-
-// ErrNoTx reports a handler built with Handler or ProducingHandler (or pgxinbox's) that found no transaction of its
-// kind in its message's context, so its function was not called: the error says why and what to do. It is a fault
-// of the wiring, so retrying the message cannot mend it: under the inbox's middleware the message is held back for
-// the reject delay, as for other configuration faults, and IsPermanent reports true.
-var ErrNoTx = errors.New("inbox: no inbox transaction in the message's context")
 
 // Handler adapts fn to a Watermill handler that runs fn on the inbox's transaction: the transaction that holds
 // the message's inbox row, which fn writes its side effect on so that the two commit together, as TxFromContext

@@ -15,21 +15,13 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
-const (
-	// leaseBusyFloor and leaseBusyCeiling bound the wait before a copy that found a live lease is nacked. The
-	// floor keeps a lease about to end from turning the wait into a hot loop; the ceiling lets the copy look
-	// again soon, since the holder usually finishes long before its lease would end: one indexed read a second
-	// per waiting copy, instead of a partition held up for a whole lease.
-	leaseBusyFloor   = 100 * time.Millisecond
-	leaseBusyCeiling = time.Second
-	// leaseWriteTimeout bounds the bookkeeping writes that must outlive a cancelled message context: after an
-	// effect landed, recording 'done' is worth finishing during a shutdown.
-	leaseWriteTimeout = 10 * time.Second
-)
+// leaseWriteTimeout bounds the bookkeeping writes that must outlive a cancelled message context: after an effect
+// landed, recording 'done' is worth finishing during a shutdown.
+const leaseWriteTimeout = 10 * time.Second
 
 // Lease is a lease-mode handler's hold on its message, from LeaseFromContext.
 type Lease struct {
-	inbox     *Inbox
+	inbox     *core
 	consumer  string
 	id        string
 	token     string
@@ -76,7 +68,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 
 // applyLeased is the path of one message in lease mode: claim, call out, complete; each write of the holder fenced
 // by its lease token.
-func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
+func (i *core) applyLeased(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
 	fields := logFields(msg, consumer, id)
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
@@ -131,7 +123,7 @@ func (i *Inbox) applyLeased(msg *message.Message, consumer, id string, h message
 }
 
 // finishLeased runs the handler of a claimed lease-mode message and records its result.
-func (i *Inbox) finishLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
+func (i *core) finishLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	consumer, id := l.consumer, l.id
 	produced, err := i.runLeased(msg, l, h, ob)
 	if err != nil {
@@ -160,7 +152,7 @@ func (i *Inbox) finishLeased(msg *message.Message, l *Lease, h message.HandlerFu
 
 // runLeased runs h with the lease in the message context. A panic releases the lease before it goes on up, so the
 // next copy need not wait for the lease to run out.
-func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
+func (i *core) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	ctx := msg.Context()
 	msg.SetContext(context.WithValue(context.WithValue(ctx, leaseKey{}, l), eventIDKey, l.id))
 	defer msg.SetContext(ctx)
@@ -174,7 +166,7 @@ func (i *Inbox) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc,
 }
 
 // exhausted ends a message whose attempts are used up, with its attempts and last error (see giveUp).
-func (i *Inbox) exhausted(msg *message.Message, l *Lease, lastError string) error {
+func (i *core) exhausted(msg *message.Message, l *Lease, lastError string) error {
 	cause := fmt.Errorf("%w: %d of %d, last error: %s", ErrAttemptsExhausted, l.attempt, i.cfg.maxAttempts, lastError)
 	return i.giveUp(msg, l, cause, lastError, map[string]string{AttemptsKey: strconv.Itoa(l.attempt)})
 }
@@ -183,7 +175,7 @@ func (i *Inbox) exhausted(msg *message.Message, l *Lease, lastError string) erro
 // row marked 'failed' with lastError so later copies are acked without running. Without a dead-letter publisher,
 // or when that publish fails, the lease is released and the message nacked after the reject delay: kept, never
 // dropped.
-func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError string, extra map[string]string) error {
+func (i *core) giveUp(msg *message.Message, l *Lease, cause error, lastError string, extra map[string]string) error {
 	ctx := msg.Context()
 	fields := logFields(msg, l.consumer, l.id)
 	if i.cfg.dlqPublisher == nil {
@@ -209,13 +201,13 @@ func (i *Inbox) giveUp(msg *message.Message, l *Lease, cause error, lastError st
 }
 
 // release hands the lease back after a failed attempt, recording why, so that the next copy may claim at once.
-func (i *Inbox) release(msg *message.Message, l *Lease, reason string) error {
+func (i *core) release(msg *message.Message, l *Lease, reason string) error {
 	return i.leaseWrite(msg, l, store.ReleaseLease, storedError(reason))
 }
 
 // leaseWrite runs one of the holder's fenced writes, outliving a cancelled message context, and logs a failure as
 // what it is: a lease taken over by another consumer, or a write that failed.
-func (i *Inbox) leaseWrite(msg *message.Message, l *Lease, lop store.LeaseOp, arg any) error {
+func (i *core) leaseWrite(msg *message.Message, l *Lease, lop store.LeaseOp, arg any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), leaseWriteTimeout)
 	defer cancel()
 	err := i.store.Fenced(ctx, i.db.pool, lop, l.consumer, l.id, l.token, arg)

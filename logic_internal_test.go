@@ -83,7 +83,7 @@ func inboxWith(t *testing.T, opts ...Option) *Inbox {
 	c, err := newConfig(opts)
 	require.NoError(t, err)
 	s := store.New(postgres.Dialect(), c.table, nil)
-	return &Inbox{cfg: c, store: s, readiness: readiness.New[IDType](s.Losses())}
+	return &Inbox{&core{cfg: c, store: s, readiness: readiness.New[IDType](s.Losses())}}
 }
 
 func TestIdentify_ReadsTheEventIDAndRefusesOneItCannotStore(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -417,4 +418,33 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: WithRejectDelay(%s): want a positive duration", ErrInvalidOption, c.rejectDelay)
 	}
 	return nil
+}
+
+// Fingerprint configures WithFingerprint.
+type Fingerprint struct {
+	// MetadataKeys names the metadata whose values count in a message's fingerprint besides its payload, in this
+	// order; none by default. Name what tells two events apart (an event type, a schema version), never what each
+	// copy gets anew (a trace ID, a delivery count): that would make every copy a conflict.
+	MetadataKeys []string
+	// DeadLetter dead-letters a conflicting copy, with ErrFingerprintConflict as its reason, instead of skipping
+	// it, the default. It needs WithDeadLetter.
+	DeadLetter bool
+}
+
+// WithFingerprint catches a producer that reuses an event ID for another event: an ID built from an order number
+// and sent for "paid" and then "refunded", a counter reset by a restore. The inbox stores with each row a short
+// hash (8 bytes of SHA-256) of the message's payload and of the metadata f names, and compares it with every later
+// copy's. A copy that differs is a conflict: it is logged at ERROR with both fingerprints, reported to
+// Observer.FingerprintConflict (the prommetrics and otelinbox observers count it) and skipped, or dead-lettered
+// when f says so. Off by default.
+//
+// The fingerprint needs a column of its own, which Migrate adds when it is given this option, without rewriting
+// the table (so does the middleware's first message, unless WithAutoMigrate(false)); docs/storage.md measures
+// what it costs per row. Rows written before it have none and are never a conflict. It costs one statement per
+// claimed message, in the claim's transaction, and one per copy of an applied message. It works in transaction,
+// batch and lease mode, and in a joined subscriber's transaction; not with WithClaimAtCommit, whose claim goes
+// after the handler.
+func WithFingerprint(f Fingerprint) SharedOption {
+	f.MetadataKeys = slices.Clone(f.MetadataKeys)
+	return sharedOption(func(c *config) { c.fingerprint = &f })
 }

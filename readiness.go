@@ -17,7 +17,7 @@ import (
 // another shape, or contradicts WithIDType. The message is fine, so it is nacked, never dead-lettered, and the
 // delay keeps its redeliveries from spinning. Before the first message, and after a statement found the table
 // gone, ready checks the schema, migrating it when allowed; otherwise it costs a few atomic loads.
-func (i *Inbox) ready(msg *message.Message) error {
+func (i *core) ready(msg *message.Message) error {
 	ctx := msg.Context()
 	err := i.checkHandlerName(msg)
 	if err == nil {
@@ -34,7 +34,7 @@ func (i *Inbox) ready(msg *message.Message) error {
 
 // holdBack logs why the inbox cannot apply any message now and returns err after the reject delay, so that the
 // message is nacked without spinning: for a schema or configuration fault, which no dead-letter topic should get.
-func (i *Inbox) holdBack(msg *message.Message, err error) error {
+func (i *core) holdBack(msg *message.Message, err error) error {
 	ctx := msg.Context()
 	if ctx.Err() != nil {
 		return err
@@ -51,7 +51,7 @@ func (i *Inbox) holdBack(msg *message.Message, err error) error {
 
 // checkHandlerName refuses a handler's name that cannot scope the inbox when no WithConsumer replaces it: the
 // database would refuse it in every claim, and the fault is the configuration's, whatever the message.
-func (i *Inbox) checkHandlerName(msg *message.Message) error {
+func (i *core) checkHandlerName(msg *message.Message) error {
 	if i.cfg.consumerSet {
 		return nil // checked at construction
 	}
@@ -68,14 +68,14 @@ func (i *Inbox) checkHandlerName(msg *message.Message) error {
 
 // schemaReady returns the type of the inbox table's message_id, checking the schema first unless a check passed
 // since the table was last found missing (internal/readiness).
-func (i *Inbox) schemaReady(ctx context.Context) (IDType, error) {
+func (i *core) schemaReady(ctx context.Context) (IDType, error) {
 	return i.readiness.Ready(ctx, i.checkSchema)
 }
 
 // checkSchema compares the schema with the shape the inbox needs and returns message_id's type. A missing schema,
 // or one that lacks only whole objects that a newer version added, is migrated when WithAutoMigrate allows it;
 // anything else that differs is reported and left alone.
-func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
+func (i *core) checkSchema(ctx context.Context) (IDType, error) {
 	if err := i.db.checkServer(ctx); err != nil {
 		return "", err
 	}
@@ -105,7 +105,7 @@ func (i *Inbox) checkSchema(ctx context.Context) (IDType, error) {
 
 // inspectSchema runs the schema check in a read-only transaction of its own, which keeps its statements on one
 // server connection behind a pooler in transaction mode.
-func (i *Inbox) inspectSchema(ctx context.Context) (dialect.SchemaReport, error) {
+func (i *core) inspectSchema(ctx context.Context) (dialect.SchemaReport, error) {
 	tx, err := i.db.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
 	if err != nil {
 		return dialect.SchemaReport{}, fmt.Errorf("inbox: check the schema of %s: begin: %w", i.cfg.table, err)
@@ -120,7 +120,7 @@ func (i *Inbox) inspectSchema(ctx context.Context) (dialect.SchemaReport, error)
 
 // storedIDType returns the type of message_id as the last schema check found it, or, before any check passed, the
 // configured one.
-func (i *Inbox) storedIDType() IDType {
+func (i *core) storedIDType() IDType {
 	if t, ok := i.readiness.Passed(); ok {
 		return t
 	}

@@ -46,7 +46,7 @@ func TestRollbackFailed_IsAnErrorOnlyWhileTheMessagesContextLives(t *testing.T) 
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			logs := &levelLogger{}
-			i := &Inbox{cfg: config{logger: logs}}
+			i := &Inbox{&core{cfg: config{logger: logs}}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if tc.cancel {

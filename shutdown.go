@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -56,4 +57,18 @@ func (s closeAwareSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 func closing(ctx context.Context) <-chan struct{} {
 	c, _ := ctx.Value(closingKey{}).(<-chan struct{})
 	return c
+}
+
+// sleepThen waits d, or less if ctx ends first or the subscription that delivered its message ends (see
+// EndDelaysOnClose), and returns err: the delay belongs to the nack that err causes. Every wait of the middleware
+// goes through here, so that a closing router can end them all.
+func sleepThen(ctx context.Context, d time.Duration, err error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-closing(ctx):
+	}
+	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,18 +12,11 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
-// subscriberTxs remembers, per handler, whether its messages carry a watermill-sql subscriber's transaction, and
-// that the transaction is on the inbox's database: a handler reads from one subscriber, so its first message tells.
-type subscriberTxs struct {
-	carries      sync.Map // handler name → bool
-	sameDatabase sync.Map // handler name → struct{}, once checkJoinedDatabase passed
-}
-
 // checkSubscriberTx refuses a message that carries watermill-sql's subscriber transaction when no joiner of the
 // Database finds it and WithSubscriberTx(false) was not given. Applying it in a transaction of the inbox's own
 // would still apply it once, but would quietly break the one-commit promise the user may count on (the offset, the
 // row and the effect together), so the fault is reported, as a configuration's, until the user chooses.
-func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
+func (i *core) checkSubscriberTx(msg *message.Message) error {
 	if i.cfg.lease > 0 || (i.cfg.subscriberTxSet && !i.cfg.subscriberTx) {
 		return nil // lease mode never joins; the user chose not to
 	}
@@ -58,7 +50,7 @@ func (i *Inbox) checkSubscriberTx(msg *message.Message) error {
 // inbox's statements would run in it, but TxFromContext would find no transaction in every message, and a handler
 // that counts on one would panic on nil, or write its effect outside the transaction that holds the row. A pool that
 // does not tell its type (driver.NativeTyper) is let be.
-func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
+func (i *core) checkJoinedNative(tx driver.Tx, handler string) error {
 	nt, ok := i.db.pool.(driver.NativeTyper)
 	if !ok || nt.IsNative(tx.Native()) {
 		return nil
@@ -81,7 +73,7 @@ func (i *Inbox) checkJoinedNative(tx driver.Tx, handler string) error {
 // asks once per handler, in the savepoint of the message's attempt, so that a failure leaves the subscriber's
 // transaction usable; an answer that differs is checked again with the pool's asked anew, in case the server
 // restarted, and is not remembered. A dialect that cannot tell (dialect.Locator) is let be.
-func (i *Inbox) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
+func (i *core) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
 	loc, ok := i.store.Locator()
 	if !ok {
 		return nil
