@@ -42,7 +42,7 @@ func (i *core) applyAtCommit(msg *message.Message, consumer, id string, h messag
 		ob.finish(err) // the usual way finishes only what it claimed; this message was claimed above
 		return produced, err
 	}
-	return committed(ob, start, err, consumer, id, produced)
+	return commitEnded(ob, start, err, consumer, id, produced)
 }
 
 // runThenClaim runs h on tx, stores what it produced, and sends the claim with COMMIT. ran reports that the claim

@@ -80,7 +80,7 @@ func (m *batchMessage) Failed(err error) error {
 	return err
 }
 
-func (m *batchMessage) Committed(start time.Time, err error, produced []*message.Message) ([]*message.Message, error) {
+func (m *batchMessage) CommitEnded(start time.Time, err error, produced []*message.Message) ([]*message.Message, error) {
 	m.ob.commitDone(start, err)
 	if err != nil {
 		err = fmt.Errorf("inbox: commit the batch of %s/%s: %w", m.consumer, m.id, err)

@@ -63,9 +63,9 @@ const (
 	claimBackoff = 10 * time.Millisecond
 )
 
-// committed reports a commit that began at start and ended with err, and returns what the router gets: the
+// commitEnded reports a commit that began at start and ended with err, and returns what the router gets: the
 // produced messages, or the commit's error.
-func committed(ob *observed, start time.Time, err error, consumer, id string, produced []*message.Message) ([]*message.Message, error) {
+func commitEnded(ob *observed, start time.Time, err error, consumer, id string, produced []*message.Message) ([]*message.Message, error) {
 	ob.commitDone(start, err)
 	if err != nil {
 		err = fmt.Errorf("inbox: commit %s/%s: %w", consumer, id, err)
@@ -184,7 +184,7 @@ func (i *core) skipped(msg *message.Message, consumer, id, state string, ob *obs
 // instead: a finished row makes the message a duplicate, as it would be had the other commit come first.
 func (i *core) skipCommitted(msg *message.Message, consumer, id string, cause error, ob *observed) ([]*message.Message, bool, error) {
 	ctx := msg.Context()
-	state, produced, err := i.store.Committed(ctx, i.db.pool, consumer, id)
+	state, produced, err := i.store.ReadOutsideSnapshot(ctx, i.db.pool, consumer, id)
 	if err != nil {
 		return nil, false, errors.Join(cause, err)
 	}

@@ -74,7 +74,7 @@ func (i *core) applyOwnOnce(msg *message.Message, consumer, id string, h message
 	start := time.Now()
 	err = tx.Commit(ctx)
 	ended = true
-	return committed(ob, start, err, consumer, id, produced)
+	return commitEnded(ob, start, err, consumer, id, produced)
 }
 
 // beginOwn begins a message's own transaction. Its handler gets a view that refuses Commit and Rollback

@@ -205,7 +205,7 @@ func (b *batch) apply(m *member) ([]*message.Message, error) {
 		return nil, m.msg.Failed(b.store.Explain(err)) // the handler's statements meet a pooler as the inbox's do
 	}
 	out := <-m.outcome
-	return m.msg.Committed(out.start, out.err, produced)
+	return m.msg.CommitEnded(out.start, out.err, produced)
 }
 
 // errPanicked is the cause a member whose handler panicked gives its claim back with.

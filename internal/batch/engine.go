@@ -54,9 +54,9 @@ type Message interface {
 	// Failed returns what the router gets for err, once the member's part is rolled back: the inbox dead-letters
 	// a message it can never apply, or holds it back; and tells the observer the message is done.
 	Failed(err error) error
-	// Committed tells the observer how the batch's commit, begun at start, ended (err), and returns what the router
+	// CommitEnded tells the observer how the batch's commit, begun at start, ended (err), and returns what the router
 	// gets: produced, or the commit's error.
-	Committed(start time.Time, err error, produced []*message.Message) ([]*message.Message, error)
+	CommitEnded(start time.Time, err error, produced []*message.Message) ([]*message.Message, error)
 	// Alone applies the message as without batching, in a transaction of its own.
 	Alone() ([]*message.Message, error)
 	// Skip ends a message whose row a batch's claim found finished (see Store.ReadFinished) as a copy of it would

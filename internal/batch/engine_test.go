@@ -142,7 +142,7 @@ func (m *fakeMessage) Encode([]*message.Message) ([]byte, error) { return nil, n
 
 func (m *fakeMessage) Failed(err error) error { m.j.add(m.id + " failed"); return err }
 
-func (m *fakeMessage) Committed(_ time.Time, err error, produced []*message.Message) ([]*message.Message, error) {
+func (m *fakeMessage) CommitEnded(_ time.Time, err error, produced []*message.Message) ([]*message.Message, error) {
 	m.j.add(m.id + " committed")
 	return produced, err
 }

@@ -166,9 +166,9 @@ func (s *Store) Holds(ctx context.Context, tx driver.Tx, consumer, id string) (b
 	return err == nil, err
 }
 
-// Committed reads what Produced does, in a short transaction of its own on db: outside the snapshot of a caller's
+// ReadOutsideSnapshot reads what Produced does, in a short transaction of its own on db: outside the snapshot of a caller's
 // REPEATABLE READ transaction.
-func (s *Store) Committed(ctx context.Context, pool driver.Pool, consumer, id string) (state string, msgs []*message.Message, err error) {
+func (s *Store) ReadOutsideSnapshot(ctx context.Context, pool driver.Pool, consumer, id string) (state string, msgs []*message.Message, err error) {
 	err = InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		state, msgs, err = s.Produced(ctx, tx, consumer, id)
 		return err
