@@ -19,9 +19,11 @@ var ErrTxDone = errors.New("driver: transaction has already been committed or ro
 
 // ErrTxShared is what Commit and Rollback return on the transaction a batch-mode handler gets (inbox.WithBatch):
 // the transaction is the batch's, shared by several messages, and the inbox ends it once every handler has
-// returned. The call leaves the batch's transaction as it was.
-var ErrTxShared = errors.New("inbox: the transaction is shared by a batch of messages and ended by the inbox, not by a " +
-	"handler: return an error to roll back this message's part")
+// returned. A message that batch mode applies alone, and every message on a server that can end a transaction
+// under a failed statement (MariaDB, MySQL), gets the same refusal on a transaction of its own. The call leaves the
+// transaction as it was.
+var ErrTxShared = errors.New("inbox: the transaction is the inbox's (in batch mode, shared with other messages) and the " +
+	"inbox ends it once the handler returns: return an error to roll back this message's part")
 
 // ErrHandlerReturned is what every statement returns on a batch member's transaction once its handler has
 // returned: the batch goes on with other messages' statements, and a write that a goroutine of the handler's
