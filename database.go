@@ -23,6 +23,13 @@ type Database struct {
 	dialect dialect.Dialect
 	pool    driver.Pool
 	joiners []driver.Joiner
+	// ender, shared and native are what the dialect and the pool can do beyond their interfaces, found once by
+	// OnDialect: ender tells the errors that end a transaction under a statement (nil: none do), shared begins
+	// transactions that give each handler a view of its own (nil: the pool's are plain), and native names the
+	// type of the transactions the pool's handlers get (nil: it cannot tell).
+	ender  dialect.TxEnder
+	shared driver.SharedPool
+	native driver.NativeTyper
 	// serverOK is set once the server is known to be one the dialect speaks, or cannot be told (checkServer).
 	serverOK atomic.Bool
 	// home is where the pool reaches, as the dialect's Locator describes it, once asked (location).
@@ -43,7 +50,10 @@ func On(pool driver.Pool, joiners ...driver.Joiner) *Database {
 // such as the mysqlinbox module's. A dialect that cannot join a subscriber's transaction refuses joiners: New
 // then fails with ErrInvalidOption.
 func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *Database {
-	return &Database{dialect: d, pool: pool, joiners: joiners}
+	ender, _ := d.(dialect.TxEnder)
+	shared, _ := pool.(driver.SharedPool)
+	native, _ := pool.(driver.NativeTyper)
+	return &Database{dialect: d, pool: pool, joiners: joiners, ender: ender, shared: shared, native: native}
 }
 
 // OnSQL returns the PostgreSQL Database that db reaches through database/sql (lib/pq, or pgx's stdlib driver),
@@ -115,13 +125,13 @@ func (d *Database) check(op string) error {
 // reports that the handler is to get a view (batch.NewAloneView).
 func (d *Database) beginHandlerTx(ctx context.Context, shared bool) (tx driver.Tx, viewed bool, err error) {
 	var opts driver.TxOptions
-	if _, ok := d.dialect.(dialect.TxEnder); ok {
+	if d.ender != nil {
 		if opts.Ends, err = d.endsTx(ctx); err != nil {
 			return nil, false, err
 		}
 	}
-	if sp, ok := d.pool.(driver.SharedPool); ok && (shared || opts.Ends != nil) {
-		tx, err := sp.BeginShared(ctx, opts)
+	if d.shared != nil && (shared || opts.Ends != nil) {
+		tx, err := d.shared.BeginShared(ctx, opts)
 		return tx, true, err
 	}
 	tx, err = d.pool.Begin(ctx, opts)
@@ -138,7 +148,7 @@ func (d *Database) endsTx(ctx context.Context) (func(error) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	ends, err := d.dialect.(dialect.TxEnder).EndsTx(ctx, tx)
+	ends, err := d.ender.EndsTx(ctx, tx)
 	_ = tx.Rollback(ctx) // it only read
 	if err != nil {
 		return nil, err

@@ -51,8 +51,8 @@ func (i *core) checkSubscriberTx(msg *message.Message) error {
 // that counts on one would panic on nil, or write its effect outside the transaction that holds the row. A pool that
 // does not tell its type (driver.NativeTyper) is let be.
 func (i *core) checkJoinedNative(tx driver.Tx, handler string) error {
-	nt, ok := i.db.pool.(driver.NativeTyper)
-	if !ok || nt.IsNative(tx.Native()) {
+	nt := i.db.native
+	if nt == nil || nt.IsNative(tx.Native()) {
 		return nil
 	}
 	fix := "build the inbox with pgxinbox (pgxinbox.New, or pgxinbox.Database) over the pgx pool the subscriber " +

@@ -16,7 +16,10 @@ func (s *Store) SaveFingerprint(ctx context.Context, tx driver.Executor, consume
 	if err != nil {
 		return err
 	}
-	err = s.d.(dialect.Fingerprinter).SaveFingerprint(ctx, tx, dialect.FingerprintParams{Table: s.table, Consumer: consumer,
+	if s.caps.fingerprints == nil {
+		return errNoFingerprints(s.d)
+	}
+	err = s.caps.fingerprints.SaveFingerprint(ctx, tx, dialect.FingerprintParams{Table: s.table, Consumer: consumer,
 		ConsumerID: cid, ID: id, Fingerprint: f})
 	if err != nil {
 		return s.wrap("store fingerprint", consumer, id, err)
@@ -30,7 +33,10 @@ func (s *Store) ReadFingerprint(ctx context.Context, q driver.Executor, consumer
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.d.(dialect.Fingerprinter).ReadFingerprint(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
+	if s.caps.fingerprints == nil {
+		return nil, errNoFingerprints(s.d)
+	}
+	f, err := s.caps.fingerprints.ReadFingerprint(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
 	if err != nil {
 		return nil, s.wrap("read fingerprint", consumer, id, err)
 	}

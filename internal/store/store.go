@@ -33,6 +33,7 @@ const (
 // SQL, and turns the dialect's errors into the inbox's: what the caller branches on becomes a sentinel.
 type Store struct {
 	d     dialect.Dialect
+	caps  capabilities // d's optional interfaces
 	table string
 	pool  driver.Pool
 	ids   sync.Map // consumer name -> int: the id the database stores for it
@@ -45,7 +46,7 @@ type Store struct {
 func (s *Store) Losses() *atomic.Uint64 { return &s.losses }
 
 func New(d dialect.Dialect, table string, pool driver.Pool) *Store {
-	return &Store{d: d, table: table, pool: pool}
+	return &Store{d: d, caps: capabilitiesOf(d), table: table, pool: pool}
 }
 
 // ConsumerID returns the id the database stores for consumer, registering the name the first time this Inbox
@@ -233,8 +234,8 @@ func (s *Store) Savepoint(ctx context.Context, tx driver.Tx, step dialect.Savepo
 // in one statement (ok is false when it does not): a batch's member whose row is either ends without a transaction
 // of its own; one that lease mode holds or left goes on alone, to take it over or wait.
 func (s *Store) ReadFinished(ctx context.Context, tx driver.Tx, consumer string, ids []string) (rows map[string]dialect.StoredRow, ok bool, err error) {
-	r, ok := s.d.(dialect.RowsReader)
-	if !ok {
+	r := s.caps.rows
+	if r == nil {
 		return nil, false, nil
 	}
 	cid, err := s.ConsumerID(ctx, consumer)
@@ -281,8 +282,7 @@ func (s *Store) JoinsSubscriberTx() (ok bool, dialectName string) {
 
 // Locator returns the dialect's way to tell which database a transaction is on, if it has one.
 func (s *Store) Locator() (dialect.Locator, bool) {
-	loc, ok := s.d.(dialect.Locator)
-	return loc, ok
+	return s.caps.locator, s.caps.locator != nil
 }
 
 // InspectSchema compares the table's schema with the shape the inbox needs, in q.
@@ -298,7 +298,10 @@ func (s *Store) ClaimAtCommit(ctx context.Context, consumer, id string) (query s
 	if err != nil {
 		return "", nil, err
 	}
-	query, args = s.d.(dialect.AtCommitClaimer).ClaimAtCommit(dialect.ClaimParams{
+	if s.caps.atCommit == nil {
+		return "", nil, fmt.Errorf("inbox: the %s dialect cannot send a claim with COMMIT", s.d.Name())
+	}
+	query, args = s.caps.atCommit.ClaimAtCommit(dialect.ClaimParams{
 		Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: StateDone})
 	return query, args, nil
 }
