@@ -128,11 +128,11 @@ func (*postgres) Partitions(ctx context.Context, tx driver.Executor, table strin
 // When there is a default partition the table is locked in SHARE mode for the whole of it, which waits for the
 // claims in flight and holds new ones until the commit. Attaching alone takes a lock claims do not wait for, and a
 // claim routed by the partitions it saw before the commit could then insert a moved ID into the default partition
-// again, beside its row in the new one: two claims of one ID, both applied. (Measured: with 40 IDs racing four
-// copies each across the boundary of two partitions being created, 1 run in 5 to 20 applied some ID twice.) The
-// lock is held for as long as the move and the attach take (BenchmarkPartitionCreation: about 90 ms with 200 rows
-// to move; the longest claim beside a round took about as long as without the lock), and lock_timeout bounds the
-// wait for it: the Cleaner tries again next round. Without a default partition no claim
+// again, beside its row in the new one: two claims of one ID, both applied
+// (TestPartitions_CopiesRacingAcrossABoundaryWhilePartitionsAreCreatedApplyOnce caught it). The lock is held for
+// as long as the move and the attach take, yet the longest claim beside a round took about as long as without the
+// lock (BenchmarkPartitionCreation measures both; docs/results/performance.md has the figures); lock_timeout
+// bounds the wait for it: the Cleaner tries again next round. Without a default partition no claim
 // can be routed to a partition that changes, and the lock is not needed.
 func (*postgres) CreatePartition(ctx context.Context, tx driver.Executor, p dialect.PartitionParams) error {
 	if err := checkBounds(p); err != nil {

@@ -77,14 +77,15 @@ func (q *queue) takeAlone(id string) *heldTurn {
 // handlers running. A message never waits when no batch runs; while some run, a batch that is not full waits for
 // the batch wait to pass, unless the handlers work longer than that before their first statement (lead): the
 // batch then begins at once, since its handlers' work overlaps the batches before it, and a fuller batch would only
-// start them later (at 8 messages in flight with 10 ms handlers, a wait of 1 ms made batch mode 0.94 to 0.97 of
-// per-message mode's rate; BenchmarkRouterBatch). Called with mu held.
+// start them later: with a few messages in flight and handlers that work before they write, waiting made batch
+// mode slower than per-message mode (BenchmarkRouterBatch measures it; docs/results/performance.md has the
+// figures). Called with mu held.
 //
 // A batch is full at maxSize, or at half the messages in flight (recent) when that is EarlyBatch or more: the
 // other half are in the batch before it, and come back only once it has committed. Two batches so take turns,
 // one filling while the other runs its round trips, where a batch that waited out its wait for the other's
-// messages left the machine idle: at 64 in flight with zero-work handlers batch mode ran 4.19 to 4.42 times
-// per-message mode, against 3.63 to 4.05 (three runs of each, in turn; BenchmarkRouterBatch).
+// messages left the machine idle (BenchmarkRouterBatch measures both; docs/results/performance.md has the
+// figures).
 //
 // A message thus waits at most for one claim to start its handler: the handler's work before its first statement
 // overlaps the batches before it. Only WithBatchConcurrency batches at a time let their members use the connection
@@ -121,9 +122,9 @@ func (q *queue) startReady() {
 }
 
 // EarlyBatch is the fewest messages a batch begins with before its wait to fill is over, at half the messages in
-// flight (see startReady). A commit costs the machine about what seven messages cost (BenchmarkRouterBatchCost),
-// and at 8 in flight a first version without this floor, beginning at half, made batches of 3.1 where they had
-// held 3.5, and ran 0.91 to 0.99 times as fast.
+// flight (see startReady). A commit costs the machine several messages' worth of CPU (BenchmarkRouterBatchCost),
+// and with few messages in flight a first version without this floor, beginning at half, made smaller batches and
+// ran slower (BenchmarkRouterBatch; docs/results/performance.md has the figures).
 const EarlyBatch = 16
 
 // fill ends the wait to fill a batch.
@@ -216,9 +217,10 @@ func (q *queue) endedAlone(turn *heldTurn) {
 }
 
 // batchesAhead is how many batches may have claimed their messages and started their handlers while the batches
-// that WithBatchConcurrency allows run their statements: each holds a transaction, and so a connection, open. At 8
-// in flight with 10 ms handlers batches hold under 2 messages, and with 3 ahead messages waited to start their
-// work: batch mode ran at 0.86 to 0.90 of per-message mode, against 0.87 to 1.05 with 7 (BenchmarkRouterBatch).
+// that WithBatchConcurrency allows run their statements: each holds a transaction, and so a connection, open. With
+// few messages in flight and handlers that work before they write, batches hold few messages; with fewer batches
+// ahead, messages waited to start their work and batch mode ran slower than with 7 (BenchmarkRouterBatch measures
+// it; docs/results/performance.md has the figures).
 const batchesAhead = 7
 
 // batchesAhead is batchesAhead, or fewer on a pool whose limit of connections the adapter tells (database/sql's

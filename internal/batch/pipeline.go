@@ -162,7 +162,7 @@ func (t *memberTx) first(_ context.Context, sql string, args []any) (res any, ra
 //
 // The batch's first pipeline waits for the members that waited for the batch's turn: they all wake when it
 // comes, and the first to join the line would otherwise send its statement alone, the others theirs in a second
-// round trip. At 64 messages in flight the first pipeline so carried 11 members instead of 1 (BenchmarkRouterBatch).
+// round trip (BenchmarkRouterBatch at 64 in flight; docs/results/performance.md has the figures).
 // It may also wait for members still working, until gatherBy (see admit).
 func (b *batch) send(t *memberTx) {
 	l := &b.line

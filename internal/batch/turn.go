@@ -31,8 +31,8 @@ const minTurnBound = 10 * time.Millisecond
 // Past the bound a batch gives the turn up once none of its members uses or waits for the connection while some
 // still work: such a handler then holds up only its own batch's acks. A batch whose members take the connection one
 // after another (database/sql's drivers, handlers that wait for a hot row) keeps it. Giving it up at the bound
-// regardless let the next batches meet its row locks: with 100 hot accounts over lib/pq at 64 in flight, batch mode
-// fell from 2,170 to 96 msgs/s in deadlocks (the harness's hot-row throughput). A lone message's use of its
+// regardless let the next batches meet its row locks, and on hot rows batch mode collapsed in deadlocks (the
+// harness's hot-row throughput; docs/results/performance.md has the figures). A lone message's use of its
 // transaction is not seen, and it gives the turn up at the bound. A batch let in beside a straggler's may meet the
 // locks that batch holds, and PostgreSQL breaks a cycle after deadlock_timeout by failing one statement, whose
 // message is nacked, as with WithBatchConcurrency above 1.
@@ -86,8 +86,8 @@ func (q *queue) passTurn() {
 // Its first pipeline waits for the members that waited for the turn (see send), and when the handlers reach the
 // transaction within the batch wait (lead), for every member, up to the batch wait: a batch often gets the turn
 // while its handlers still work, and the members that reach the connection after the first would otherwise go in a
-// second pipeline, a round trip more. At 64 messages in flight with zero-work handlers the first pipeline carried 5
-// members and the second 24; now one carries them all (BenchmarkRouterBatch).
+// second pipeline, a round trip more; now one carries them all (BenchmarkRouterBatch at 64 in flight;
+// docs/results/performance.md has the figures).
 func (b *batch) admit() {
 	b.admitted, b.turnHeld = true, b.q.hold(b)
 	b.gather = int(b.atTurn.Load()) // the members that finished without it count themselves in too (arrive)
