@@ -11,12 +11,6 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
 
-// AttemptsKey is the metadata key that holds, on a message lease mode dead-lettered, how many times the handler ran.
-// The other keys of a dead letter are those of Watermill's PoisonQueue middleware (middleware.ReasonForPoisonedKey,
-// PoisonedTopicKey, PoisonedHandlerKey, PoisonedSubscriberKey), so tools and people that already read poison queues
-// read the inbox's dead letters the same way.
-const AttemptsKey = "attempts_poisoned"
-
 // reject disposes of a message the inbox cannot apply, so that it is neither applied without deduplication nor
 // dropped. With a dead-letter publisher the message is published there with the reason and then acked (nil);
 // without one, or when that publish fails, the message is nacked (the returned error) after the reject delay, so a

@@ -130,3 +130,15 @@ var (
 	// close every result before the handler returns. In batch mode the inbox closes such results itself.
 	ErrResultLeftOpen = store.ErrResultLeftOpen
 )
+
+// Answers of the maintenance calls.
+var (
+	// ErrNotFound reports that the inbox has no row for a consumer and event ID: the message was never applied, or
+	// its row was cleaned up.
+	ErrNotFound = store.ErrNotFound
+
+	// ErrShortMemory reports a consumer whose inbox remembers less than the redelivery window declared for it: a
+	// copy redelivered from before its oldest row would be applied again. The Cleaner logs it; Remembers and
+	// ConsumerMemory.Covers let you check for it yourself.
+	ErrShortMemory = errors.New("inbox: remembers less than the redelivery window")
+)

@@ -8,12 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
-	"github.com/effectively-once/watermill-inbox/internal/store"
 )
-
-// ErrNotFound reports that the inbox has no row for a consumer and event ID: the message was never applied, or
-// its row was cleaned up.
-var ErrNotFound = store.ErrNotFound
 
 // ForgetParams names the row Forget removes.
 type ForgetParams struct {

@@ -109,7 +109,7 @@ func (i *core) applyLeased(msg *message.Message, consumer, id string, h message.
 	l.attempt, l.lastError = c.Attempt, c.LastError
 	if c.Takeover {
 		i.cfg.logger.Info("Inbox took over an expired lease", fields.Add(watermill.LogFields{"attempt": c.Attempt, "previous_error": c.LastError}))
-		i.cfg.observer.LeaseTakenOver(ctx, LeaseEvent{Consumer: consumer, EventID: id, Mode: ModeLease, Message: msg, Attempt: c.Attempt})
+		i.cfg.leaseObserver.LeaseTakenOver(ctx, LeaseEvent{Consumer: consumer, EventID: id, Mode: ModeLease, Message: msg, Attempt: c.Attempt})
 	}
 	if c.Attempt > i.cfg.maxAttempts { // the holder of the last attempt died
 		return nil, i.exhausted(msg, l, c.LastError)
@@ -215,20 +215,13 @@ func (i *core) leaseWrite(msg *message.Message, l *Lease, lop store.LeaseOp, arg
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		i.cfg.logger.Error("Inbox lease write failed: the lease ran out and another consumer took it over", err, fields)
-		i.cfg.observer.LeaseLost(msg.Context(), LeaseEvent{Consumer: l.consumer, EventID: l.id, Mode: ModeLease, Message: msg, Attempt: l.attempt})
+		i.cfg.leaseObserver.LeaseLost(msg.Context(), LeaseEvent{Consumer: l.consumer, EventID: l.id, Mode: ModeLease, Message: msg, Attempt: l.attempt})
 	case err != nil:
 		i.cfg.logger.Error("Inbox lease write failed; the row keeps its state, and its lease runs out as it would "+
 			"after a crash", err, fields)
 	}
 	return err
 }
-
-// MaxStoredErrorBytes is the most bytes of an attempt's error that lease mode stores with the message (the text
-// Lease.PreviousError returns and the CLI's stats show). A longer error is cut at a character boundary and ends in
-// "…". Before it is stored, bytes that are not valid UTF-8 and NUL bytes, which PostgreSQL's text type refuses,
-// each become U+FFFD: an error text cut in the middle of a character by a provider must not keep the lease from
-// being released.
-const MaxStoredErrorBytes = 2048
 
 // storedError returns text as lease mode stores it: valid UTF-8 without NUL, at most MaxStoredErrorBytes long.
 func storedError(text string) string {

@@ -16,7 +16,8 @@ import (
 // A claimed message is bracketed: Claimed is called when its row is claimed, before the handler runs, and Finished
 // exactly once when the inbox is done with it, whatever the outcome. Claimed returns the context for the rest of
 // the message's way: the handler runs with it (so a span started in Claimed is the parent of the handler's spans),
-// and Committed, LeaseLost and Finished of the same message are called with it.
+// and Committed and Finished of the same message are called with it. Lease mode's takeovers and lost leases go to
+// an Observer that is also a LeaseObserver.
 type Observer interface {
 	// Claimed is called when a message's row is claimed for its consumer, before the handler runs. It returns ctx,
 	// or a context derived from it, for the handler and the message's later hooks; nil stands for ctx. With
@@ -38,16 +39,22 @@ type Observer interface {
 	// cannot apply and may not dead-letter (no dead-letter topic, or publishing there failed), or any message while
 	// the schema or the configuration is at fault. Such nacks repeat until someone acts: alert on them.
 	Nacked(ctx context.Context, e NackEvent)
-	// LeaseTakenOver is called in lease mode when a consumer takes over an expired lease of another holder.
-	LeaseTakenOver(ctx context.Context, e LeaseEvent)
-	// LeaseLost is called in lease mode when a holder's write is refused because its lease ran out and another
-	// holder took the message over: the holder's result is not recorded, and the new holder runs the handler again.
-	LeaseLost(ctx context.Context, e LeaseEvent)
 	// RowsCleaned is called after a cleanup batch deleted inbox rows of one consumer.
 	RowsCleaned(ctx context.Context, e CleanupEvent)
 	// FingerprintConflict is called, with WithFingerprint, when a copy's event ID was applied before for a message
 	// with another fingerprint: before the copy is skipped (DuplicateSkipped follows) or dead-lettered.
 	FingerprintConflict(ctx context.Context, e ConflictEvent)
+}
+
+// LeaseObserver is told about lease mode's hand-overs. An Observer given to WithObserver that also implements it
+// is told of them too; NopObserver does, so an Observer that embeds it can define either hook alone.
+type LeaseObserver interface {
+	// LeaseTakenOver is called in lease mode when a consumer takes over an expired lease of another holder.
+	LeaseTakenOver(ctx context.Context, e LeaseEvent)
+	// LeaseLost is called in lease mode when a holder's write is refused because its lease ran out and another
+	// holder took the message over: the holder's result is not recorded, and the new holder runs the handler again.
+	// It is called with the context Claimed returned.
+	LeaseLost(ctx context.Context, e LeaseEvent)
 }
 
 // Mode says how the inbox applies a message, for a metric label.
@@ -207,7 +214,7 @@ type CleanupEvent struct {
 	Rows int64
 }
 
-// NopObserver is an Observer that does nothing: the default, and a base to embed.
+// NopObserver is an Observer and a LeaseObserver that does nothing: the default, and a base to embed.
 type NopObserver struct{}
 
 // Claimed returns ctx.

@@ -12,9 +12,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/effectively-once/watermill-inbox/internal/maintain"
 	"github.com/effectively-once/watermill-inbox/internal/text"
 )
 
+// The options' defaults.
 const (
 	// DefaultIDMetadataKey is the metadata key the event ID is read from unless WithIDMetadataKey says otherwise.
 	DefaultIDMetadataKey = "event_id"
@@ -37,11 +39,51 @@ const (
 	// handler name that cannot be a consumer name.
 	DefaultRejectDelay = 30 * time.Second
 
+	// DefaultBatchConcurrency is how many batches of one consumer let their handlers use the transaction at once
+	// unless WithBatchConcurrency says otherwise: one, so that batches of one process never wait for one another's row
+	// locks. (Later batches meanwhile claim their messages and start their handlers, whose first statement waits for
+	// the batch's turn; a batch that commits has given its turn up.) A batch holds the locks of every row its handlers
+	// wrote until its one commit, and its handlers write in the order they reach the transaction: two batches whose
+	// handlers update the same rows (a few hot accounts) deadlock, which PostgreSQL breaks only after
+	// deadlock_timeout (1 s), failing one handler; docs/results/performance.md measures what that costs. A batch
+	// holds the turn until its last handler returns, except that once it has held it for 10 ms (or four times the
+	// handlers' usual work before their first statement, when that is longer) it gives it up as soon as none of its
+	// members uses or waits for its connection while some still work outside the database; a message that goes alone
+	// gives it up at that bound. One handler that works for seconds before it writes so holds up its own batch's
+	// acks, not the consumer.
+	DefaultBatchConcurrency = 1
+)
+
+// The fixed values: the limits options and messages are held to, and a dead letter's metadata key.
+const (
 	// MaxConsumerLength is the longest consumer name, in bytes, that the inbox accepts, from WithConsumer or from a
 	// handler's name. The consumer and the event ID share each primary key entry, and PostgreSQL refuses a B-tree
 	// entry over 2704 bytes: 512 bytes of consumer, 2000 of ID (the most WithMaxIDLength allows) and their headers
 	// stay under that even when neither compresses.
 	MaxConsumerLength = 512
+
+	// MaxBatchSize is the most messages WithBatch lets share one transaction. Each runs in a savepoint, a
+	// subtransaction, and PostgreSQL keeps the first 64 of a transaction in a per-backend cache; past that every
+	// snapshot in the database has to look them up elsewhere, which slows every session, not only the inbox's.
+	MaxBatchSize = 64
+
+	// MaxStoredErrorBytes is the most bytes of an attempt's error that lease mode stores with the message (the text
+	// Lease.PreviousError returns and the CLI's stats show). A longer error is cut at a character boundary and ends in
+	// "…". Before it is stored, bytes that are not valid UTF-8 and NUL bytes, which PostgreSQL's text type refuses,
+	// each become U+FFFD: an error text cut in the middle of a character by a provider must not keep the lease from
+	// being released.
+	MaxStoredErrorBytes = 2048
+
+	// PartitionsAhead is how far past the database's clock Migrate and each cleanup round keep partitions created,
+	// at least two periods: IDs of a producer whose clock runs ahead land in their partition, and a Cleaner that
+	// misses rounds for a day still finds them there.
+	PartitionsAhead = maintain.Ahead
+
+	// AttemptsKey is the metadata key that holds, on a message lease mode dead-lettered, how many times the handler ran.
+	// The other keys of a dead letter are those of Watermill's PoisonQueue middleware (middleware.ReasonForPoisonedKey,
+	// PoisonedTopicKey, PoisonedHandlerKey, PoisonedSubscriberKey), so tools and people that already read poison queues
+	// read the inbox's dead letters the same way.
+	AttemptsKey = "attempts_poisoned"
 )
 
 // IDType is the column type the inbox stores event IDs in.
@@ -103,6 +145,7 @@ type config struct {
 	// subscriberTxSet is true when WithSubscriberTx was given.
 	subscriberTxSet bool
 	observer        Observer
+	leaseObserver   LeaseObserver // observer, when it is one; NopObserver otherwise
 	lease           time.Duration
 	maxAttempts     int
 	idType          IDType
@@ -131,25 +174,6 @@ type config struct {
 func WithConsumer(name string) Option {
 	return inboxOption(func(c *config) { c.consumer, c.consumerSet = name, true })
 }
-
-// MaxBatchSize is the most messages WithBatch lets share one transaction. Each runs in a savepoint, a
-// subtransaction, and PostgreSQL keeps the first 64 of a transaction in a per-backend cache; past that every
-// snapshot in the database has to look them up elsewhere, which slows every session, not only the inbox's.
-const MaxBatchSize = 64
-
-// DefaultBatchConcurrency is how many batches of one consumer let their handlers use the transaction at once
-// unless WithBatchConcurrency says otherwise: one, so that batches of one process never wait for one another's row
-// locks. (Later batches meanwhile claim their messages and start their handlers, whose first statement waits for
-// the batch's turn; a batch that commits has given its turn up.) A batch holds the locks
-// of every row its handlers wrote until its one commit, and its handlers write in the order they reach the
-// transaction: two batches whose handlers update the same rows (a few hot accounts) deadlock, which PostgreSQL
-// breaks only after deadlock_timeout (1 s), failing one handler. With 100 hot accounts, 4 batches at once ran at
-// 0.08 to 0.24 of per-message mode; one at a time, 0.66 to 1.75 (docs/results/performance.md). A batch holds the turn until
-// its last handler returns, except that once it has held it for 10 ms (or four times the handlers' usual work
-// before their first statement, when that is longer) it gives it up as soon as none of its members uses or waits
-// for its connection while some still work outside the database; a message that goes alone gives it up at that
-// bound. One handler that works for seconds before it writes so holds up its own batch's acks, not the consumer.
-const DefaultBatchConcurrency = 1
 
 // WithBatch turns on batch mode (group commit) in transaction mode: handler calls that are in flight at the same
 // time (several partitions, an AMQP prefetch, a NATS ack window, a GoChannel) share one transaction of up to
@@ -316,8 +340,8 @@ func WithMaxAttempts(n int) Option {
 
 // WithObserver reports what the inbox does to o, for metrics and tracing, instead of to NopObserver: claims and
 // their outcome, commits with their duration, skipped duplicates, dead letters, nacks without a dead-letter topic,
-// lease takeovers and lost leases, cleaned rows. See Observer. New and Middleware take it, and so do Cleanup and
-// NewCleaner, which report the rows they delete (RowsCleaned).
+// cleaned rows, and to an o that is also a LeaseObserver, lease takeovers and lost leases. See Observer. New and
+// Middleware take it, and so do Cleanup and NewCleaner, which report the rows they delete (RowsCleaned).
 func WithObserver(o Observer) SharedOption { return sharedOption(func(c *config) { c.observer = o }) }
 
 // tableNamePattern admits only names that mean the same quoted or unquoted, so the shipped SQL files and the
@@ -362,6 +386,10 @@ func buildConfig[O any](opts []O, apply func(O, *config)) (config, error) {
 	}
 	if c.observer == nil {
 		c.observer = NopObserver{}
+	}
+	c.leaseObserver, _ = c.observer.(LeaseObserver)
+	if c.leaseObserver == nil {
+		c.leaseObserver = NopObserver{}
 	}
 	return c, c.validate()
 }

@@ -2,8 +2,6 @@ package inbox
 
 import (
 	"time"
-
-	"github.com/effectively-once/watermill-inbox/internal/maintain"
 )
 
 // WithPartitions keeps the inbox table as partitions by ranges of event ID, one per period of UUIDv7 time (the
@@ -25,8 +23,3 @@ import (
 func WithPartitions(period time.Duration) SharedOption {
 	return sharedOption(func(c *config) { c.partitionPeriod = period })
 }
-
-// PartitionsAhead is how far past the database's clock Migrate and each cleanup round keep partitions created,
-// at least two periods: IDs of a producer whose clock runs ahead land in their partition, and a Cleaner that
-// misses rounds for a day still finds them there.
-const PartitionsAhead = maintain.Ahead

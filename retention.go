@@ -2,16 +2,10 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
-
-// ErrShortMemory reports a consumer whose inbox remembers less than the redelivery window declared for it: a
-// copy redelivered from before its oldest row would be applied again. The Cleaner logs it; Remembers and
-// ConsumerMemory.Covers let you check for it yourself.
-var ErrShortMemory = errors.New("inbox: remembers less than the redelivery window")
 
 // ConsumerMemory is how far back the inbox remembers the messages of one consumer.
 type ConsumerMemory struct {
