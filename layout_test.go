@@ -14,7 +14,7 @@ import (
 
 // The library's packages, by directory from the module's root; their non-test files are what a user compiles.
 var libraryDirs = []string{
-	".", "dialect", "dialect/postgres", "driver", "internal/batch", "internal/fakedb", "internal/fingerprint",
+	".", "dialect", "dialect/postgres", "driver", "internal/batch", "internal/fingerprint",
 	"internal/maintain", "internal/produced", "internal/readiness", "internal/require", "internal/store", "internal/text",
 	"mysqlinbox", "pgxinbox", "otelinbox", "prommetrics", "inboxcheck", "inboxtest", "cmd/watermill-inbox",
 }
@@ -88,7 +88,7 @@ func TestLayout_NoLibrarySourceFileIsOver600Lines(t *testing.T) {
 // operations. A dialect classifies its own driver's errors (its Classify), and dialect's short transactions retry
 // what it calls retryable; no mode and no maintenance pass reads the classification itself.
 func TestLayout_OnlyTheStoreClassifiesDatabaseErrors(t *testing.T) {
-	allowed := map[string]bool{"internal/store": true, "dialect": true, "dialect/postgres": true, "mysqlinbox": true, "internal/fakedb": true}
+	allowed := map[string]bool{"internal/store": true, "dialect": true, "dialect/postgres": true, "mysqlinbox": true}
 	for _, f := range librarySources(t) {
 		if allowed[f.dir] {
 			continue
