@@ -9,6 +9,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // applyAtCommit applies msg with its claim sent after the handler, in one round trip with COMMIT
@@ -19,7 +20,7 @@ import (
 // the claim was made is reported as the usual commit is.
 func (i *core) applyAtCommit(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
 	ctx := msg.Context()
-	ob := i.observe(msg, consumer, id, ModeTransaction)
+	ob := i.observe(msg, consumer, id, observe.ModeTransaction)
 	claim, args, err := i.store.ClaimAtCommit(ctx, consumer, id)
 	if err != nil {
 		return nil, i.settle(msg, consumer, err)

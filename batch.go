@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // Batch mode (WithBatch) is group commit: messages of one consumer whose handler calls are in flight together
@@ -51,7 +52,7 @@ type batchMessage struct {
 var _ batch.Message = (*batchMessage)(nil)
 
 func (m *batchMessage) Claiming() {
-	m.ob = m.i.observe(m.msg, m.consumer, m.id, ModeTransaction)
+	m.ob = m.i.observe(m.msg, m.consumer, m.id, observe.ModeTransaction)
 	m.ob.claiming()
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/internal/maintain"
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 const (
@@ -154,7 +155,7 @@ func cleanup(ctx context.Context, o store.Ops, c config, p CleanupParams) (Clean
 		Retention: p.Retention, BatchSize: p.BatchSize, Pause: p.Pause, Rest: DefaultCleanupRest,
 		PartitionPeriod: c.partitionPeriod,
 		Deleted: func(ctx context.Context, consumer string, n int64, batches int, total int64) {
-			c.observer.RowsCleaned(ctx, CleanupEvent{Table: o.Table, Consumer: consumer, Rows: n})
+			c.observer.RowsCleaned(ctx, observe.CleanupEvent{Table: o.Table, Consumer: consumer, Rows: n})
 			if p.Progress != nil {
 				p.Progress(CleanupProgress{Consumer: consumer, Batch: batches, Deleted: n, Total: total})
 			}

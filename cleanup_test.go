@@ -14,6 +14,7 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // insertAged inserts n rows of consumer in state (spelled out, as the view shows it), their processed_at age ago,
@@ -59,12 +60,12 @@ func minutesAgo(d time.Duration) string {
 
 // cleanedObserver counts the rows the cleanup reports.
 type cleanedObserver struct {
-	inbox.NopObserver
+	observe.NopObserver
 	cleaned atomic.Int64
 	calls   atomic.Int64
 }
 
-func (o *cleanedObserver) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
+func (o *cleanedObserver) RowsCleaned(_ context.Context, e observe.CleanupEvent) {
 	o.cleaned.Add(e.Rows)
 	o.calls.Add(1)
 }

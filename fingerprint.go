@@ -11,6 +11,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/fingerprint"
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // fingerprintOf returns msg's fingerprint, or nil without WithFingerprint.
@@ -24,7 +25,7 @@ func (i *core) fingerprintOf(msg *message.Message) []byte {
 // checkCopy compares a copy of an applied message with the fingerprint stored with its row, which read returns,
 // and, when they differ, reports the conflict and returns the error that ends the copy: an unusable one, which
 // settle dead-letters, when the options say so; nil when the copy is skipped, as a copy is.
-func (i *core) checkCopy(msg *message.Message, consumer, id string, mode Mode, read func() ([]byte, error)) error {
+func (i *core) checkCopy(msg *message.Message, consumer, id string, mode observe.Mode, read func() ([]byte, error)) error {
 	theirs := i.fingerprintOf(msg)
 	if theirs == nil {
 		return nil
@@ -36,7 +37,7 @@ func (i *core) checkCopy(msg *message.Message, consumer, id string, mode Mode, r
 	if !fingerprint.Conflicts(stored, theirs) {
 		return nil
 	}
-	e := ConflictEvent{Consumer: consumer, EventID: id, Mode: mode, Message: msg, Stored: fingerprint.String(stored),
+	e := observe.ConflictEvent{Consumer: consumer, EventID: id, Mode: mode, Message: msg, Stored: fingerprint.String(stored),
 		Received: fingerprint.String(theirs), DeadLettered: i.cfg.fingerprint.DeadLetter}
 	cause := fmt.Errorf("%w: %s/%s was applied for a message with fingerprint %s, and this one has %s", ErrFingerprintConflict,
 		consumer, id, e.Stored, e.Received)

@@ -13,16 +13,17 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // conflictLog records the FingerprintConflict events of an inbox.
 type conflictLog struct {
-	inbox.NopObserver
+	observe.NopObserver
 	mu     sync.Mutex
-	events []inbox.ConflictEvent
+	events []observe.ConflictEvent
 }
 
-func (l *conflictLog) FingerprintConflict(_ context.Context, e inbox.ConflictEvent) {
+func (l *conflictLog) FingerprintConflict(_ context.Context, e observe.ConflictEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.events = append(l.events, e)
@@ -80,7 +81,7 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 	conflicts.mu.Lock()
 	defer conflicts.mu.Unlock()
 	require.Len(t, conflicts.events, 1)
-	require.Equal(t, inbox.ModeJoined, conflicts.events[0].Mode)
+	require.Equal(t, observe.ModeJoined, conflicts.events[0].Mode)
 	require.Equal(t, "refunded", conflicts.events[0].Message.Metadata.Get("type"))
 }
 

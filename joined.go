@@ -11,6 +11,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // applyInSubscriberTx runs apply in a savepoint of watermill-sql's subscriber transaction, which that subscriber
@@ -47,7 +48,7 @@ func (i *core) applyInSubscriberTx(tx driver.Tx, msg *message.Message, consumer,
 		}
 		return nil, err
 	}
-	ob := i.observe(msg, consumer, id, ModeJoined)
+	ob := i.observe(msg, consumer, id, observe.ModeJoined)
 	produced, skipped, err := i.apply(tx, store.StateApplying, msg, consumer, id, h, ob)
 	if err != nil || skipped {
 		rollback()

@@ -16,6 +16,7 @@ import (
 var libraryDirs = []string{
 	".", "dialect", "dialect/postgres", "driver", "internal/batch", "internal/fingerprint",
 	"internal/maintain", "internal/produced", "internal/readiness", "internal/require", "internal/store", "internal/text",
+	"observe",
 	"mysqlinbox", "pgxinbox", "otelinbox", "prommetrics", "inboxcheck", "inboxtest", "cmd/watermill-inbox",
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // leaseWriteTimeout bounds the bookkeeping writes that must outlive a cancelled message context: after an effect
@@ -72,7 +73,7 @@ func (i *core) applyLeased(msg *message.Message, consumer, id string, h message.
 	ctx := msg.Context()
 	fields := logFields(msg, consumer, id)
 	l := &Lease{inbox: i, consumer: consumer, id: id, token: watermill.NewUUID()}
-	ob := i.observe(msg, consumer, id, ModeLease)
+	ob := i.observe(msg, consumer, id, observe.ModeLease)
 	ob.claiming()
 	c, err := i.store.ClaimLease(ctx, i.db.pool, consumer, id, l.token, i.cfg.lease, i.fingerprintOf(msg))
 	if fc := (*store.LeaseFingerprintConflict)(nil); errors.As(err, &fc) {
@@ -91,7 +92,7 @@ func (i *core) applyLeased(msg *message.Message, consumer, id string, h message.
 	if !c.Claimed {
 		switch c.State {
 		case store.StateDone:
-			if err := i.checkCopy(msg, consumer, id, ModeLease, i.committedFingerprint(ctx, consumer, id)); err != nil {
+			if err := i.checkCopy(msg, consumer, id, observe.ModeLease, i.committedFingerprint(ctx, consumer, id)); err != nil {
 				return nil, i.settle(msg, consumer, err)
 			}
 			i.cfg.logger.Info("skipped duplicate", fields)
@@ -109,7 +110,7 @@ func (i *core) applyLeased(msg *message.Message, consumer, id string, h message.
 	l.attempt, l.lastError = c.Attempt, c.LastError
 	if c.Takeover {
 		i.cfg.logger.Info("Inbox took over an expired lease", fields.Add(watermill.LogFields{"attempt": c.Attempt, "previous_error": c.LastError}))
-		i.cfg.leaseObserver.LeaseTakenOver(ctx, LeaseEvent{Consumer: consumer, EventID: id, Mode: ModeLease, Message: msg, Attempt: c.Attempt})
+		i.cfg.leaseObserver.LeaseTakenOver(ctx, observe.LeaseEvent{Consumer: consumer, EventID: id, Mode: observe.ModeLease, Message: msg, Attempt: c.Attempt})
 	}
 	if c.Attempt > i.cfg.maxAttempts { // the holder of the last attempt died
 		return nil, i.exhausted(msg, l, c.LastError)
@@ -215,7 +216,7 @@ func (i *core) leaseWrite(msg *message.Message, l *Lease, lop store.LeaseOp, arg
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		i.cfg.logger.Error("Inbox lease write failed: the lease ran out and another consumer took it over", err, fields)
-		i.cfg.leaseObserver.LeaseLost(msg.Context(), LeaseEvent{Consumer: l.consumer, EventID: l.id, Mode: ModeLease, Message: msg, Attempt: l.attempt})
+		i.cfg.leaseObserver.LeaseLost(msg.Context(), observe.LeaseEvent{Consumer: l.consumer, EventID: l.id, Mode: observe.ModeLease, Message: msg, Attempt: l.attempt})
 	case err != nil:
 		i.cfg.logger.Error("Inbox lease write failed; the row keeps its state, and its lease runs out as it would "+
 			"after a crash", err, fields)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/effectively-once/watermill-inbox/internal/maintain"
 	"github.com/effectively-once/watermill-inbox/internal/text"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // The options' defaults.
@@ -144,8 +145,8 @@ type config struct {
 	subscriberTx bool
 	// subscriberTxSet is true when WithSubscriberTx was given.
 	subscriberTxSet bool
-	observer        Observer
-	leaseObserver   LeaseObserver // observer, when it is one; NopObserver otherwise
+	observer        observe.Observer
+	leaseObserver   observe.LeaseObserver // observer, when it is one; NopObserver otherwise
 	lease           time.Duration
 	maxAttempts     int
 	idType          IDType
@@ -342,7 +343,9 @@ func WithMaxAttempts(n int) Option {
 // their outcome, commits with their duration, skipped duplicates, dead letters, nacks without a dead-letter topic,
 // cleaned rows, and to an o that is also a LeaseObserver, lease takeovers and lost leases. See Observer. New and
 // Middleware take it, and so do Cleanup and NewCleaner, which report the rows they delete (RowsCleaned).
-func WithObserver(o Observer) SharedOption { return sharedOption(func(c *config) { c.observer = o }) }
+func WithObserver(o observe.Observer) SharedOption {
+	return sharedOption(func(c *config) { c.observer = o })
+}
 
 // tableNamePattern admits only names that mean the same quoted or unquoted, so the shipped SQL files and the
 // queries agree on the table whatever tool applies them.
@@ -385,11 +388,11 @@ func buildConfig[O any](opts []O, apply func(O, *config)) (config, error) {
 		c.maxAttempts = DefaultMaxAttempts
 	}
 	if c.observer == nil {
-		c.observer = NopObserver{}
+		c.observer = observe.NopObserver{}
 	}
-	c.leaseObserver, _ = c.observer.(LeaseObserver)
+	c.leaseObserver, _ = c.observer.(observe.LeaseObserver)
 	if c.leaseObserver == nil {
-		c.leaseObserver = NopObserver{}
+		c.leaseObserver = observe.NopObserver{}
 	}
 	return c, c.validate()
 }

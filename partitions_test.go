@@ -21,6 +21,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 func TestPartitions_UUID7FloorIsTheLeastV7OfItsMillisecond(t *testing.T) {
@@ -288,11 +289,11 @@ func TestPartitions_APartitionLeftDetachedIsDroppedByTheNextRound(t *testing.T) 
 
 // conflictCounter counts the fingerprint conflicts the inbox reports.
 type conflictCounter struct {
-	inbox.NopObserver
+	observe.NopObserver
 	n atomic.Int64
 }
 
-func (c *conflictCounter) FingerprintConflict(context.Context, inbox.ConflictEvent) { c.n.Add(1) }
+func (c *conflictCounter) FingerprintConflict(context.Context, observe.ConflictEvent) { c.n.Add(1) }
 
 // A row that a new partition takes out of the default partition keeps every column, the fingerprint with the
 // rest: a later copy of its event ID with another payload is still reported.

@@ -19,6 +19,7 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // The code of the README and of the guides in docs/guides, each snippet verbatim inside a function that gives it
@@ -180,7 +181,7 @@ func readmeBatch(router *message.Router, db *sql.DB, sub message.Subscriber, par
 
 var _ = readmeBatch
 
-func guideRetentionCleaner(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapter, metrics inbox.Observer) error {
+func guideRetentionCleaner(ctx context.Context, db *sql.DB, logger watermill.LoggerAdapter, metrics observe.Observer) error {
 	cleaner, err := inbox.OnSQL(db).NewCleaner(inbox.CleanerConfig{
 		CleanupParams: inbox.CleanupParams{Retention: 38 * 24 * time.Hour},
 		Window:        31 * 24 * time.Hour, // the longest redelivery of our sources: Pub/Sub seek

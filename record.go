@@ -6,15 +6,17 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // observed follows one message through the observer, so that its hooks carry the same consumer, ID and mode, and
 // its end events the context Claimed returned.
 type observed struct {
-	obs          Observer
+	obs          observe.Observer
 	msg          *message.Message
 	consumer, id string
-	mode         Mode
+	mode         observe.Mode
 	claimStart   time.Time       // when the claim's first statement began
 	claimedAt    time.Time       // when Claimed was called; zero until then
 	ctx          context.Context // what Claimed returned
@@ -23,7 +25,7 @@ type observed struct {
 	finished     bool
 }
 
-func (i *core) observe(msg *message.Message, consumer, id string, mode Mode) *observed {
+func (i *core) observe(msg *message.Message, consumer, id string, mode observe.Mode) *observed {
 	return &observed{obs: i.cfg.observer, msg: msg, consumer: consumer, id: id, mode: mode}
 }
 
@@ -38,7 +40,7 @@ func (o *observed) claimed(attempt int) context.Context {
 	}
 	o.claimedAt = time.Now()
 	ctx := o.msg.Context()
-	o.ctx = o.obs.Claimed(ctx, ClaimEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+	o.ctx = o.obs.Claimed(ctx, observe.ClaimEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
 		Attempt: attempt, Duration: o.claimedAt.Sub(o.claimStart)})
 	if o.ctx == nil {
 		o.ctx = ctx
@@ -48,14 +50,14 @@ func (o *observed) claimed(attempt int) context.Context {
 
 func (o *observed) skipped() {
 	o.duplicate = true
-	o.obs.DuplicateSkipped(o.msg.Context(), SkipEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+	o.obs.DuplicateSkipped(o.msg.Context(), observe.SkipEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
 		Duration: time.Since(o.claimStart)})
 }
 
 // commitDone reports a commit that began at start and ended with err.
 func (o *observed) commitDone(start time.Time, err error) {
 	o.committed = err == nil
-	o.obs.Committed(o.context(), CommitEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+	o.obs.Committed(o.context(), observe.CommitEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
 		Duration: time.Since(start), Err: err})
 }
 
@@ -66,18 +68,18 @@ func (o *observed) finish(err error) {
 		return
 	}
 	o.finished = true
-	outcome := OutcomeFailed
+	outcome := observe.OutcomeFailed
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		outcome = OutcomeLeaseLost
+		outcome = observe.OutcomeLeaseLost
 	case err == nil && o.committed:
-		outcome = OutcomeCommitted
+		outcome = observe.OutcomeCommitted
 	case err == nil && o.duplicate:
-		outcome = OutcomeDuplicate
+		outcome = observe.OutcomeDuplicate
 	case err == nil:
-		outcome = OutcomeDeadLettered // acked without a commit of the effect: only a dead letter does that
+		outcome = observe.OutcomeDeadLettered // acked without a commit of the effect: only a dead letter does that
 	}
-	o.obs.Finished(o.context(), FinishEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
+	o.obs.Finished(o.context(), observe.FinishEvent{Consumer: o.consumer, EventID: o.id, Mode: o.mode, Message: o.msg,
 		Outcome: outcome, Err: err, Duration: time.Since(o.claimedAt)})
 }
 
@@ -104,25 +106,25 @@ func (o *observed) context() context.Context {
 }
 
 // modeOf returns how the inbox applies msg.
-func (i *core) modeOf(msg *message.Message) Mode {
+func (i *core) modeOf(msg *message.Message) observe.Mode {
 	if i.cfg.lease > 0 {
-		return ModeLease
+		return observe.ModeLease
 	}
 	if _, ok := i.db.joined(msg.Context()); ok && i.cfg.subscriberTx {
-		return ModeJoined
+		return observe.ModeJoined
 	}
-	return ModeTransaction
+	return observe.ModeTransaction
 }
 
 // nacked reports a message held back for the reject delay.
 func (i *core) nacked(msg *message.Message, consumer, reason string, err error) {
-	i.cfg.observer.Nacked(msg.Context(), NackEvent{Consumer: consumer, Mode: i.modeOf(msg), Message: msg,
+	i.cfg.observer.Nacked(msg.Context(), observe.NackEvent{Consumer: consumer, Mode: i.modeOf(msg), Message: msg,
 		Reason: reason, Delay: i.cfg.rejectDelay, Err: err})
 }
 
 // deadLettered reports a message published to the dead-letter topic.
 func (i *core) deadLettered(msg *message.Message, consumer string, cause error) {
-	i.cfg.observer.DeadLettered(msg.Context(), DeadLetterEvent{Consumer: consumer, Mode: i.modeOf(msg), Message: msg,
+	i.cfg.observer.DeadLettered(msg.Context(), observe.DeadLetterEvent{Consumer: consumer, Mode: i.modeOf(msg), Message: msg,
 		Reason: reasonLabel(cause)})
 }
 

@@ -13,11 +13,12 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/store"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // applyOwn applies msg in a transaction of its own: begin, claim, run h, commit.
 func (i *core) applyOwn(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
-	return i.applyOwnObserved(msg, consumer, id, h, i.observe(msg, consumer, id, ModeTransaction))
+	return i.applyOwnObserved(msg, consumer, id, h, i.observe(msg, consumer, id, observe.ModeTransaction))
 }
 
 func (i *core) applyOwnObserved(msg *message.Message, consumer, id string, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectively-once/watermill-inbox/internal/require"
-
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // registrationRace delivers, for each of names new consumer names in turn, one message from each of callers
@@ -73,11 +73,11 @@ func registeringANameDrawsOneID(t *testing.T, conn Conn) {
 // NackRecorder is an Observer that keeps the events of the messages an inbox nacked or held back, for a test to
 // wait for and read (Events, oldest first).
 type NackRecorder struct {
-	inbox.NopObserver
-	recorded[inbox.NackEvent]
+	observe.NopObserver
+	recorded[observe.NackEvent]
 }
 
-func (r *NackRecorder) Nacked(_ context.Context, e inbox.NackEvent) { r.add(e) }
+func (r *NackRecorder) Nacked(_ context.Context, e observe.NackEvent) { r.add(e) }
 
 // recorded keeps the events of one Observer hook.
 type recorded[E any] struct {

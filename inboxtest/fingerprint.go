@@ -12,6 +12,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // The fingerprint cases (inbox.WithFingerprint): each message carries its event type in the metadata key "type",
@@ -19,11 +20,11 @@ import (
 
 // conflicts records the FingerprintConflict events an inbox reports.
 type conflicts struct {
-	inbox.NopObserver
-	recorded[inbox.ConflictEvent]
+	observe.NopObserver
+	recorded[observe.ConflictEvent]
 }
 
-func (c *conflicts) FingerprintConflict(_ context.Context, e inbox.ConflictEvent) { c.add(e) }
+func (c *conflicts) FingerprintConflict(_ context.Context, e observe.ConflictEvent) { c.add(e) }
 
 // typed returns a message of eventID whose event type is typ.
 func typed(eventID, typ string) *message.Message {

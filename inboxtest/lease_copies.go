@@ -11,20 +11,21 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // skipCounter counts the claims and the skipped copies an inbox reports.
 type skipCounter struct {
-	inbox.NopObserver
+	observe.NopObserver
 	claims, duplicates atomic.Int64
 }
 
-func (o *skipCounter) Claimed(ctx context.Context, _ inbox.ClaimEvent) context.Context {
+func (o *skipCounter) Claimed(ctx context.Context, _ observe.ClaimEvent) context.Context {
 	o.claims.Add(1)
 	return ctx
 }
 
-func (o *skipCounter) DuplicateSkipped(context.Context, inbox.SkipEvent) { o.duplicates.Add(1) }
+func (o *skipCounter) DuplicateSkipped(context.Context, observe.SkipEvent) { o.duplicates.Add(1) }
 
 func leaseModeSkipsACopyOfADoneMessageAndAcksIt(t *testing.T, conn Conn) {
 	b := newBundle(t, conn, true)

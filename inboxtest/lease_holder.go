@@ -12,6 +12,7 @@ import (
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // The cases of a lease's holder: its claim by the database clock, an extension, and what the observer sees of a
@@ -128,16 +129,16 @@ func theObserverSeesATakeoverBeforeTheNextClaimAndTheLostLeaseOfTheLateHolder(t 
 		})(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"LeaseTakenOver", "Claimed", "Committed", "Finished"}, next.Hooks())
-	takeover, _ := OnlyEvent[inbox.LeaseEvent](t, next, "LeaseTakenOver")
+	takeover, _ := OnlyEvent[observe.LeaseEvent](t, next, "LeaseTakenOver")
 	require.Equal(t, 2, takeover.Attempt)
-	require.Equal(t, inbox.ModeLease, takeover.Mode)
-	claim, _ := OnlyEvent[inbox.ClaimEvent](t, next, "Claimed")
+	require.Equal(t, observe.ModeLease, takeover.Mode)
+	claim, _ := OnlyEvent[observe.ClaimEvent](t, next, "Claimed")
 	require.Equal(t, 2, claim.Attempt)
 	require.Equal(t, "span of evt-1", inHandler)
 	require.Equal(t, "lease of attempt 1 expired", previous, "the handler can ask its provider about attempt 1")
 	require.Equal(t, 1, b.Logs.Count("took over an expired lease"))
-	finish, _ := OnlyEvent[inbox.FinishEvent](t, next, "Finished")
-	require.Equal(t, inbox.OutcomeCommitted, finish.Outcome)
+	finish, _ := OnlyEvent[observe.FinishEvent](t, next, "Finished")
+	require.Equal(t, observe.OutcomeCommitted, finish.Outcome)
 
 	release()
 	require.ErrorIs(t, <-extended, inbox.ErrLeaseLost, "the late holder cannot extend a lease it lost")
@@ -146,12 +147,12 @@ func theObserverSeesATakeoverBeforeTheNextClaimAndTheLostLeaseOfTheLateHolder(t 
 	require.Equal(t, "done", state, "the new holder's result stands")
 	require.EqualValues(t, 2, attempts)
 	require.Equal(t, []string{"Claimed", "LeaseLost", "Committed", "Finished"}, late.Hooks())
-	lost, rec := OnlyEvent[inbox.LeaseEvent](t, late, "LeaseLost")
+	lost, rec := OnlyEvent[observe.LeaseEvent](t, late, "LeaseLost")
 	require.Equal(t, "evt-1", lost.EventID)
 	require.Equal(t, 1, lost.Attempt)
 	require.Equal(t, "span of evt-1", rec.Span)
-	commit, _ := OnlyEvent[inbox.CommitEvent](t, late, "Committed")
+	commit, _ := OnlyEvent[observe.CommitEvent](t, late, "Committed")
 	require.ErrorIs(t, commit.Err, inbox.ErrLeaseLost)
-	finish, _ = OnlyEvent[inbox.FinishEvent](t, late, "Finished")
-	require.Equal(t, inbox.OutcomeLeaseLost, finish.Outcome)
+	finish, _ = OnlyEvent[observe.FinishEvent](t, late, "Finished")
+	require.Equal(t, observe.OutcomeLeaseLost, finish.Outcome)
 }

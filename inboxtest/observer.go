@@ -13,9 +13,10 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
-// EventRecorder is an inbox.Observer that keeps every event the inbox reports, in order, with the name of its hook
+// EventRecorder is an observe.Observer that keeps every event the inbox reports, in order, with the name of its hook
 // and the span its Claimed put into the context the hook got: a test reads which hooks ran, with what, and with
 // which context.
 type EventRecorder struct {
@@ -44,32 +45,34 @@ func (o *EventRecorder) add(ctx context.Context, hook string, e any) {
 }
 
 // Claimed records e and returns a context carrying its span, to show which later hooks receive it.
-func (o *EventRecorder) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Context {
+func (o *EventRecorder) Claimed(ctx context.Context, e observe.ClaimEvent) context.Context {
 	o.add(ctx, "Claimed", e)
 	return context.WithValue(ctx, spanKey{}, "span of "+e.EventID)
 }
 
-func (o *EventRecorder) Committed(ctx context.Context, e inbox.CommitEvent) {
+func (o *EventRecorder) Committed(ctx context.Context, e observe.CommitEvent) {
 	o.add(ctx, "Committed", e)
 }
-func (o *EventRecorder) Finished(ctx context.Context, e inbox.FinishEvent) { o.add(ctx, "Finished", e) }
-func (o *EventRecorder) DuplicateSkipped(ctx context.Context, e inbox.SkipEvent) {
+func (o *EventRecorder) Finished(ctx context.Context, e observe.FinishEvent) {
+	o.add(ctx, "Finished", e)
+}
+func (o *EventRecorder) DuplicateSkipped(ctx context.Context, e observe.SkipEvent) {
 	o.add(ctx, "DuplicateSkipped", e)
 }
-func (o *EventRecorder) DeadLettered(ctx context.Context, e inbox.DeadLetterEvent) {
+func (o *EventRecorder) DeadLettered(ctx context.Context, e observe.DeadLetterEvent) {
 	o.add(ctx, "DeadLettered", e)
 }
-func (o *EventRecorder) Nacked(ctx context.Context, e inbox.NackEvent) { o.add(ctx, "Nacked", e) }
-func (o *EventRecorder) LeaseTakenOver(ctx context.Context, e inbox.LeaseEvent) {
+func (o *EventRecorder) Nacked(ctx context.Context, e observe.NackEvent) { o.add(ctx, "Nacked", e) }
+func (o *EventRecorder) LeaseTakenOver(ctx context.Context, e observe.LeaseEvent) {
 	o.add(ctx, "LeaseTakenOver", e)
 }
-func (o *EventRecorder) LeaseLost(ctx context.Context, e inbox.LeaseEvent) {
+func (o *EventRecorder) LeaseLost(ctx context.Context, e observe.LeaseEvent) {
 	o.add(ctx, "LeaseLost", e)
 }
-func (o *EventRecorder) RowsCleaned(ctx context.Context, e inbox.CleanupEvent) {
+func (o *EventRecorder) RowsCleaned(ctx context.Context, e observe.CleanupEvent) {
 	o.add(ctx, "RowsCleaned", e)
 }
-func (o *EventRecorder) FingerprintConflict(ctx context.Context, e inbox.ConflictEvent) {
+func (o *EventRecorder) FingerprintConflict(ctx context.Context, e observe.ConflictEvent) {
 	o.add(ctx, "FingerprintConflict", e)
 }
 
@@ -129,20 +132,20 @@ func aClaimIsBracketedByClaimedAndFinished(t *testing.T, conn Conn) {
 	require.NoError(t, err)
 
 	require.Equal(t, []string{"Claimed", "Committed", "Finished"}, obs.Hooks())
-	claim, _ := OnlyEvent[inbox.ClaimEvent](t, obs, "Claimed")
+	claim, _ := OnlyEvent[observe.ClaimEvent](t, obs, "Claimed")
 	require.Equal(t, consumer, claim.Consumer)
 	require.Equal(t, "evt-1", claim.EventID)
-	require.Equal(t, inbox.ModeTransaction, claim.Mode)
+	require.Equal(t, observe.ModeTransaction, claim.Mode)
 	require.Same(t, msg, claim.Message)
 	require.Equal(t, 1, claim.Attempt)
 	require.Positive(t, claim.Duration)
 	require.Equal(t, "span of evt-1", inHandler, "the handler runs with the context Claimed returned")
-	commit, rec := OnlyEvent[inbox.CommitEvent](t, obs, "Committed")
+	commit, rec := OnlyEvent[observe.CommitEvent](t, obs, "Committed")
 	require.NoError(t, commit.Err)
 	require.Positive(t, commit.Duration)
 	require.Equal(t, "span of evt-1", rec.Span)
-	finish, rec := OnlyEvent[inbox.FinishEvent](t, obs, "Finished")
-	require.Equal(t, inbox.OutcomeCommitted, finish.Outcome)
+	finish, rec := OnlyEvent[observe.FinishEvent](t, obs, "Finished")
+	require.Equal(t, observe.OutcomeCommitted, finish.Outcome)
 	require.NoError(t, finish.Err)
 	require.GreaterOrEqual(t, finish.Duration, commit.Duration)
 	require.Equal(t, "span of evt-1", rec.Span, "the end event gets the context Claimed returned")
@@ -152,9 +155,9 @@ func aClaimIsBracketedByClaimedAndFinished(t *testing.T, conn Conn) {
 	_, err = b.inbox(t, inbox.WithObserver(copies)).Middleware(b.Credit(100, new(atomic.Int64)))(newMsg("evt-1"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"DuplicateSkipped"}, copies.Hooks())
-	skip, _ := OnlyEvent[inbox.SkipEvent](t, copies, "DuplicateSkipped")
+	skip, _ := OnlyEvent[observe.SkipEvent](t, copies, "DuplicateSkipped")
 	require.Equal(t, "evt-1", skip.EventID)
-	require.Equal(t, inbox.ModeTransaction, skip.Mode)
+	require.Equal(t, observe.ModeTransaction, skip.Mode)
 	require.Positive(t, skip.Duration)
 }
 
@@ -171,8 +174,8 @@ func aFailingOrPanickingHandlerFinishesAsFailedWithoutACommit(t *testing.T, conn
 	require.Equal(t, []string{"Claimed", "Finished", "Claimed", "Finished"}, obs.Hooks())
 	events := obs.Events()
 	for _, r := range []RecordedEvent{events[1], events[3]} {
-		e := r.Event.(inbox.FinishEvent)
-		require.Equal(t, inbox.OutcomeFailed, e.Outcome)
+		e := r.Event.(observe.FinishEvent)
+		require.Equal(t, observe.OutcomeFailed, e.Outcome)
 		require.Error(t, e.Err)
 		require.NotNil(t, r.Span)
 	}
@@ -186,10 +189,10 @@ func rejectsAreReportedAsNackedOrDeadLettered(t *testing.T, conn Conn) {
 		_, err := b.inbox(t, inbox.WithObserver(obs), inbox.WithRejectDelay(10*time.Millisecond)).Middleware(noop)(noID())
 		require.ErrorIs(t, err, inbox.ErrMissingEventID)
 		require.Equal(t, []string{"Nacked"}, obs.Hooks())
-		nack, _ := OnlyEvent[inbox.NackEvent](t, obs, "Nacked")
+		nack, _ := OnlyEvent[observe.NackEvent](t, obs, "Nacked")
 		require.Equal(t, "missing_id", nack.Reason)
 		require.Equal(t, consumer, nack.Consumer)
-		require.Equal(t, inbox.ModeTransaction, nack.Mode)
+		require.Equal(t, observe.ModeTransaction, nack.Mode)
 		require.Equal(t, 10*time.Millisecond, nack.Delay)
 		require.ErrorIs(t, nack.Err, inbox.ErrMissingEventID)
 	})
@@ -199,7 +202,7 @@ func rejectsAreReportedAsNackedOrDeadLettered(t *testing.T, conn Conn) {
 		_, err := b.inbox(t, inbox.WithObserver(obs), inbox.WithDeadLetter(&RecordingPublisher{}, "dlq")).Middleware(noop)(noID())
 		require.NoError(t, err)
 		require.Equal(t, []string{"DeadLettered"}, obs.Hooks())
-		dead, _ := OnlyEvent[inbox.DeadLetterEvent](t, obs, "DeadLettered")
+		dead, _ := OnlyEvent[observe.DeadLetterEvent](t, obs, "DeadLettered")
 		require.Equal(t, "missing_id", dead.Reason)
 		require.Equal(t, consumer, dead.Consumer)
 	})
@@ -209,7 +212,7 @@ func rejectsAreReportedAsNackedOrDeadLettered(t *testing.T, conn Conn) {
 		_, err := b.inbox(t, inbox.WithObserver(obs), inbox.WithRejectDelay(10*time.Millisecond),
 			inbox.WithDeadLetter(&RecordingPublisher{FailFirst: 1}, "dlq")).Middleware(noop)(noID())
 		require.Error(t, err)
-		nack, _ := OnlyEvent[inbox.NackEvent](t, obs, "Nacked")
+		nack, _ := OnlyEvent[observe.NackEvent](t, obs, "Nacked")
 		require.Equal(t, "dead_letter_failed", nack.Reason)
 	})
 	t.Run("NackedForTheSchemaWhenTheTableIsMissing", func(t *testing.T) {
@@ -218,7 +221,7 @@ func rejectsAreReportedAsNackedOrDeadLettered(t *testing.T, conn Conn) {
 		_, err := b.inbox(t, inbox.WithAutoMigrate(false), inbox.WithRejectDelay(10*time.Millisecond), inbox.WithObserver(obs)).
 			Middleware(noop)(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
-		nack, _ := OnlyEvent[inbox.NackEvent](t, obs, "Nacked")
+		nack, _ := OnlyEvent[observe.NackEvent](t, obs, "Nacked")
 		require.Equal(t, "schema", nack.Reason)
 		require.Equal(t, consumer, nack.Consumer)
 	})
@@ -232,21 +235,21 @@ func leaseModeReportsAnExhaustedMessageAsNackedOrDeadLettered(t *testing.T, conn
 		inbox.WithObserver(obs)).Middleware(down)(newMsg("evt-1"))
 	require.ErrorIs(t, err, inbox.ErrAttemptsExhausted)
 	require.Equal(t, []string{"Claimed", "Nacked", "Finished"}, obs.Hooks())
-	nack, _ := OnlyEvent[inbox.NackEvent](t, obs, "Nacked")
+	nack, _ := OnlyEvent[observe.NackEvent](t, obs, "Nacked")
 	require.Equal(t, "attempts_exhausted", nack.Reason)
-	require.Equal(t, inbox.ModeLease, nack.Mode)
-	finish, _ := OnlyEvent[inbox.FinishEvent](t, obs, "Finished")
-	require.Equal(t, inbox.OutcomeFailed, finish.Outcome)
+	require.Equal(t, observe.ModeLease, nack.Mode)
+	finish, _ := OnlyEvent[observe.FinishEvent](t, obs, "Finished")
+	require.Equal(t, observe.OutcomeFailed, finish.Outcome)
 
 	dead := &EventRecorder{}
 	_, err = b.inbox(t, inbox.WithLease(time.Minute), inbox.WithMaxAttempts(1), inbox.WithObserver(dead),
 		inbox.WithDeadLetter(&RecordingPublisher{}, "dlq")).Middleware(down)(newMsg("evt-2"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"Claimed", "DeadLettered", "Finished"}, dead.Hooks())
-	letter, _ := OnlyEvent[inbox.DeadLetterEvent](t, dead, "DeadLettered")
+	letter, _ := OnlyEvent[observe.DeadLetterEvent](t, dead, "DeadLettered")
 	require.Equal(t, "attempts_exhausted", letter.Reason)
-	finish, _ = OnlyEvent[inbox.FinishEvent](t, dead, "Finished")
-	require.Equal(t, inbox.OutcomeDeadLettered, finish.Outcome)
+	finish, _ = OnlyEvent[observe.FinishEvent](t, dead, "Finished")
+	require.Equal(t, observe.OutcomeDeadLettered, finish.Outcome)
 }
 
 func theObserverSeesEachCleanupBatchWithItsConsumersRows(t *testing.T, conn Conn) {
@@ -264,7 +267,7 @@ func theObserverSeesEachCleanupBatchWithItsConsumersRows(t *testing.T, conn Conn
 	perConsumer := map[string]int64{}
 	for _, r := range obs.Events() {
 		require.Equal(t, "RowsCleaned", r.Hook)
-		e := r.Event.(inbox.CleanupEvent)
+		e := r.Event.(observe.CleanupEvent)
 		require.Equal(t, b.Table, e.Table)
 		require.LessOrEqual(t, e.Rows, int64(2), "one event per batch")
 		perConsumer[e.Consumer] += e.Rows

@@ -13,6 +13,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 func appliesOnceAndSkipsTheDuplicate(t *testing.T, conn Conn) {
@@ -255,11 +256,11 @@ func aFailedCommitIsNackedAppliesNothingAndIsReported(t *testing.T, conn Conn) {
 	require.Zero(t, b.rows(t), "and the claim with it")
 
 	require.Equal(t, []string{"Claimed", "Committed", "Finished"}, obs.Hooks())
-	commit, _ := OnlyEvent[inbox.CommitEvent](t, obs, "Committed")
+	commit, _ := OnlyEvent[observe.CommitEvent](t, obs, "Committed")
 	require.Error(t, commit.Err)
 	require.Positive(t, commit.Duration)
-	finish, _ := OnlyEvent[inbox.FinishEvent](t, obs, "Finished")
-	require.Equal(t, inbox.OutcomeFailed, finish.Outcome)
+	finish, _ := OnlyEvent[observe.FinishEvent](t, obs, "Finished")
+	require.Equal(t, observe.OutcomeFailed, finish.Outcome)
 	require.ErrorIs(t, finish.Err, commit.Err)
 
 	_, err = b.inbox(t).Middleware(credit)(newMsg("evt-1"))

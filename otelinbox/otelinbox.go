@@ -1,4 +1,4 @@
-// Package otelinbox reports what the inbox does to OpenTelemetry: metrics for every event of inbox.Observer, and a
+// Package otelinbox reports what the inbox does to OpenTelemetry: metrics for every event of observe.Observer, and a
 // span per message the inbox claims or skips. It is a module of its own, so that the inbox's users who do not use
 // OpenTelemetry do not get its dependencies.
 //
@@ -41,7 +41,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
@@ -90,10 +90,10 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// Observer is an inbox.Observer that reports to OpenTelemetry. Build it with NewObserver and pass it to
+// Observer is an observe.Observer that reports to OpenTelemetry. Build it with NewObserver and pass it to
 // inbox.WithObserver. It is safe for concurrent use; one Observer may serve several Inboxes and Cleaners.
 type Observer struct {
-	inbox.NopObserver // for hooks a later version of the inbox adds
+	observe.NopObserver // for hooks a later version of the inbox adds
 
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
@@ -104,7 +104,10 @@ type Observer struct {
 	claimDuration, commitDuration                metric.Float64Histogram
 }
 
-var _ inbox.Observer = (*Observer)(nil)
+var (
+	_ observe.Observer      = (*Observer)(nil)
+	_ observe.LeaseObserver = (*Observer)(nil)
+)
 
 // NewObserver creates the inbox's instruments and returns an Observer that records with them.
 func NewObserver(opts ...Option) (*Observer, error) {
@@ -153,12 +156,12 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-func byConsumer(consumer string, mode inbox.Mode) metric.MeasurementOption {
+func byConsumer(consumer string, mode observe.Mode) metric.MeasurementOption {
 	return metric.WithAttributes(ConsumerKey.String(consumer), ModeKey.String(string(mode)))
 }
 
 // Claimed counts the claim and starts the message's span, back-dated to when the claim began.
-func (o *Observer) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Context {
+func (o *Observer) Claimed(ctx context.Context, e observe.ClaimEvent) context.Context {
 	o.claims.Add(ctx, 1, byConsumer(e.Consumer, e.Mode))
 	o.claimDuration.Record(ctx, e.Duration.Seconds(), byConsumer(e.Consumer, e.Mode))
 	ctx, _ = o.start(ctx, e.Message, e.Consumer, e.EventID, e.Mode, time.Now().Add(-e.Duration), AttemptKey.Int(e.Attempt))
@@ -166,7 +169,7 @@ func (o *Observer) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Cont
 }
 
 // DuplicateSkipped counts the copy and records a span from its claim to the skip.
-func (o *Observer) DuplicateSkipped(ctx context.Context, e inbox.SkipEvent) {
+func (o *Observer) DuplicateSkipped(ctx context.Context, e observe.SkipEvent) {
 	o.duplicates.Add(ctx, 1, byConsumer(e.Consumer, e.Mode))
 	o.claimDuration.Record(ctx, e.Duration.Seconds(), byConsumer(e.Consumer, e.Mode))
 	_, span := o.start(ctx, e.Message, e.Consumer, e.EventID, e.Mode, time.Now().Add(-e.Duration), OutcomeKey.String(OutcomeDuplicate))
@@ -174,7 +177,7 @@ func (o *Observer) DuplicateSkipped(ctx context.Context, e inbox.SkipEvent) {
 }
 
 // Committed records the commit's duration, counts a failed one, and adds it to the message's span as an event.
-func (o *Observer) Committed(ctx context.Context, e inbox.CommitEvent) {
+func (o *Observer) Committed(ctx context.Context, e observe.CommitEvent) {
 	o.commitDuration.Record(ctx, e.Duration.Seconds(), byConsumer(e.Consumer, e.Mode))
 	attrs := []attribute.KeyValue{attribute.Float64("inbox.commit.duration", e.Duration.Seconds())}
 	if e.Err != nil {
@@ -185,7 +188,7 @@ func (o *Observer) Committed(ctx context.Context, e inbox.CommitEvent) {
 }
 
 // Finished counts the outcome and ends the message's span with it.
-func (o *Observer) Finished(ctx context.Context, e inbox.FinishEvent) {
+func (o *Observer) Finished(ctx context.Context, e observe.FinishEvent) {
 	o.finished.Add(ctx, 1, metric.WithAttributes(ConsumerKey.String(e.Consumer), ModeKey.String(string(e.Mode)),
 		OutcomeKey.String(string(e.Outcome))))
 	span := trace.SpanFromContext(ctx)
@@ -198,36 +201,36 @@ func (o *Observer) Finished(ctx context.Context, e inbox.FinishEvent) {
 }
 
 // DeadLettered counts the dead letter by its reason, and adds it to the current span as an event.
-func (o *Observer) DeadLettered(ctx context.Context, e inbox.DeadLetterEvent) {
+func (o *Observer) DeadLettered(ctx context.Context, e observe.DeadLetterEvent) {
 	o.deadLetters.Add(ctx, 1, metric.WithAttributes(ConsumerKey.String(e.Consumer), ReasonKey.String(e.Reason)))
 	trace.SpanFromContext(ctx).AddEvent("inbox.dead_letter", trace.WithAttributes(ReasonKey.String(e.Reason)))
 }
 
 // Nacked counts the held-back message by its reason, and adds it to the current span as an event.
-func (o *Observer) Nacked(ctx context.Context, e inbox.NackEvent) {
+func (o *Observer) Nacked(ctx context.Context, e observe.NackEvent) {
 	o.nacks.Add(ctx, 1, metric.WithAttributes(ConsumerKey.String(e.Consumer), ReasonKey.String(e.Reason)))
 	trace.SpanFromContext(ctx).AddEvent("inbox.nack", trace.WithAttributes(ReasonKey.String(e.Reason)))
 }
 
 // LeaseTakenOver counts the takeover.
-func (o *Observer) LeaseTakenOver(ctx context.Context, e inbox.LeaseEvent) {
+func (o *Observer) LeaseTakenOver(ctx context.Context, e observe.LeaseEvent) {
 	o.takeovers.Add(ctx, 1, metric.WithAttributes(ConsumerKey.String(e.Consumer)))
 }
 
 // LeaseLost counts the lost lease, and adds it to the message's span as an event.
-func (o *Observer) LeaseLost(ctx context.Context, e inbox.LeaseEvent) {
+func (o *Observer) LeaseLost(ctx context.Context, e observe.LeaseEvent) {
 	o.leasesLost.Add(ctx, 1, metric.WithAttributes(ConsumerKey.String(e.Consumer)))
 	trace.SpanFromContext(ctx).AddEvent("inbox.lease_lost", trace.WithAttributes(AttemptKey.Int(e.Attempt)))
 }
 
 // RowsCleaned adds the rows a cleanup batch deleted.
-func (o *Observer) RowsCleaned(ctx context.Context, e inbox.CleanupEvent) {
+func (o *Observer) RowsCleaned(ctx context.Context, e observe.CleanupEvent) {
 	o.cleaned.Add(ctx, e.Rows, metric.WithAttributes(ConsumerKey.String(e.Consumer), TableKey.String(e.Table)))
 }
 
 // FingerprintConflict counts a copy whose event ID was reused for another message, by what became of it (skipped,
 // dead_lettered).
-func (o *Observer) FingerprintConflict(ctx context.Context, e inbox.ConflictEvent) {
+func (o *Observer) FingerprintConflict(ctx context.Context, e observe.ConflictEvent) {
 	action := "skipped"
 	if e.DeadLettered {
 		action = "dead_lettered"
@@ -237,7 +240,7 @@ func (o *Observer) FingerprintConflict(ctx context.Context, e inbox.ConflictEven
 
 // start starts a message's span at the given time: a child of the span ctx carries, or else of the trace context
 // in the message's metadata, and linked to the latter when it is not the parent.
-func (o *Observer) start(ctx context.Context, msg *message.Message, consumer, id string, mode inbox.Mode, at time.Time, extra ...attribute.KeyValue) (context.Context, trace.Span) {
+func (o *Observer) start(ctx context.Context, msg *message.Message, consumer, id string, mode observe.Mode, at time.Time, extra ...attribute.KeyValue) (context.Context, trace.Span) {
 	attrs := append([]attribute.KeyValue{ConsumerKey.String(consumer), EventIDKey.String(id), ModeKey.String(string(mode))}, extra...)
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(at)}
 	parent := ctx

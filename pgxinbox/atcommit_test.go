@@ -15,36 +15,37 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/observe"
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
 // finishes records the Claimed and Finished events of an inbox, by event ID.
 type finishes struct {
-	inbox.NopObserver
+	observe.NopObserver
 	mu       sync.Mutex
 	claimed  map[string]int
-	outcomes map[string][]inbox.Outcome
+	outcomes map[string][]observe.Outcome
 	skipped  map[string]int
 }
 
 func newFinishes() *finishes {
-	return &finishes{claimed: map[string]int{}, outcomes: map[string][]inbox.Outcome{}, skipped: map[string]int{}}
+	return &finishes{claimed: map[string]int{}, outcomes: map[string][]observe.Outcome{}, skipped: map[string]int{}}
 }
 
-func (f *finishes) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Context {
+func (f *finishes) Claimed(ctx context.Context, e observe.ClaimEvent) context.Context {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claimed[e.EventID]++
 	return ctx
 }
 
-func (f *finishes) Finished(_ context.Context, e inbox.FinishEvent) {
+func (f *finishes) Finished(_ context.Context, e observe.FinishEvent) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.outcomes[e.EventID] = append(f.outcomes[e.EventID], e.Outcome)
 }
 
-func (f *finishes) DuplicateSkipped(_ context.Context, e inbox.SkipEvent) {
+func (f *finishes) DuplicateSkipped(_ context.Context, e observe.SkipEvent) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.skipped[e.EventID]++
@@ -141,7 +142,7 @@ func TestClaimAtCommit(t *testing.T) {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		require.Equal(t, 2, obs.claimed["evt-1"], "one Claimed per delivery")
-		require.Equal(t, []inbox.Outcome{inbox.OutcomeCommitted, inbox.OutcomeDuplicate}, obs.outcomes["evt-1"])
+		require.Equal(t, []observe.Outcome{observe.OutcomeCommitted, observe.OutcomeDuplicate}, obs.outcomes["evt-1"])
 		require.Equal(t, 1, obs.skipped["evt-1"])
 	})
 

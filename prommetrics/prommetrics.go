@@ -1,4 +1,4 @@
-// Package prommetrics exports what the inbox does as Prometheus metrics: an inbox.Observer backed by counters, and
+// Package prommetrics exports what the inbox does as Prometheus metrics: an observe.Observer backed by counters, and
 // a collector of how far back each consumer's inbox remembers. Everything is registered on the
 // prometheus.Registerer you pass, never on the global one, so nothing happens on import and tests can use a fresh
 // registry. To export two inbox tables from one process, wrap the registerer of each of them (the first one too:
@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
 
 // DefaultQueryTimeout bounds the oldest-row query of one scrape unless RegisterOldestRowAge is given another
@@ -52,7 +53,7 @@ import (
 // the whole scrape.
 const DefaultQueryTimeout = 5 * time.Second
 
-// Observer is an inbox.Observer that exports what the inbox does as Prometheus counters and histograms. Build it
+// Observer is an observe.Observer that exports what the inbox does as Prometheus counters and histograms. Build it
 // with NewObserver and pass it to inbox.WithObserver. It is safe for concurrent use; one Observer may serve several
 // Inboxes and Cleaners of one table.
 type Observer struct {
@@ -70,7 +71,10 @@ type Observer struct {
 	conflicts      *prometheus.CounterVec
 }
 
-var _ inbox.Observer = (*Observer)(nil)
+var (
+	_ observe.Observer      = (*Observer)(nil)
+	_ observe.LeaseObserver = (*Observer)(nil)
+)
 
 // DurationBuckets returns the upper bounds, in seconds, of the claim and commit duration histograms: from half a
 // millisecond, a claim on a local database, to ten seconds, a database that is struggling.
@@ -128,20 +132,20 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 }
 
 // Claimed counts a claim and observes how long it took.
-func (o *Observer) Claimed(ctx context.Context, e inbox.ClaimEvent) context.Context {
+func (o *Observer) Claimed(ctx context.Context, e observe.ClaimEvent) context.Context {
 	o.claims.WithLabelValues(e.Consumer, string(e.Mode)).Inc()
 	o.claimDuration.WithLabelValues(e.Consumer, string(e.Mode)).Observe(e.Duration.Seconds())
 	return ctx
 }
 
 // DuplicateSkipped counts a skipped duplicate and observes how long its claim took.
-func (o *Observer) DuplicateSkipped(_ context.Context, e inbox.SkipEvent) {
+func (o *Observer) DuplicateSkipped(_ context.Context, e observe.SkipEvent) {
 	o.duplicates.WithLabelValues(e.Consumer, string(e.Mode)).Inc()
 	o.claimDuration.WithLabelValues(e.Consumer, string(e.Mode)).Observe(e.Duration.Seconds())
 }
 
 // Committed observes how long a commit took, and counts it if it failed.
-func (o *Observer) Committed(_ context.Context, e inbox.CommitEvent) {
+func (o *Observer) Committed(_ context.Context, e observe.CommitEvent) {
 	o.commitDuration.WithLabelValues(e.Consumer, string(e.Mode)).Observe(e.Duration.Seconds())
 	if e.Err != nil {
 		o.commitFailures.WithLabelValues(e.Consumer, string(e.Mode)).Inc()
@@ -149,32 +153,32 @@ func (o *Observer) Committed(_ context.Context, e inbox.CommitEvent) {
 }
 
 // Finished counts a claimed message by its outcome.
-func (o *Observer) Finished(_ context.Context, e inbox.FinishEvent) {
+func (o *Observer) Finished(_ context.Context, e observe.FinishEvent) {
 	o.finished.WithLabelValues(e.Consumer, string(e.Mode), string(e.Outcome)).Inc()
 }
 
 // DeadLettered counts a dead letter by its reason.
-func (o *Observer) DeadLettered(_ context.Context, e inbox.DeadLetterEvent) {
+func (o *Observer) DeadLettered(_ context.Context, e observe.DeadLetterEvent) {
 	o.deadLetters.WithLabelValues(e.Consumer, e.Reason).Inc()
 }
 
 // Nacked counts a message held back by its reason.
-func (o *Observer) Nacked(_ context.Context, e inbox.NackEvent) {
+func (o *Observer) Nacked(_ context.Context, e observe.NackEvent) {
 	o.nacks.WithLabelValues(e.Consumer, e.Reason).Inc()
 }
 
 // LeaseTakenOver counts a takeover of an expired lease.
-func (o *Observer) LeaseTakenOver(_ context.Context, e inbox.LeaseEvent) {
+func (o *Observer) LeaseTakenOver(_ context.Context, e observe.LeaseEvent) {
 	o.takeovers.WithLabelValues(e.Consumer).Inc()
 }
 
 // LeaseLost counts a holder that lost its lease.
-func (o *Observer) LeaseLost(_ context.Context, e inbox.LeaseEvent) {
+func (o *Observer) LeaseLost(_ context.Context, e observe.LeaseEvent) {
 	o.leasesLost.WithLabelValues(e.Consumer).Inc()
 }
 
 // RowsCleaned adds the rows a cleanup batch deleted.
-func (o *Observer) RowsCleaned(_ context.Context, e inbox.CleanupEvent) {
+func (o *Observer) RowsCleaned(_ context.Context, e observe.CleanupEvent) {
 	o.cleaned.WithLabelValues(e.Consumer).Add(float64(e.Rows))
 }
 
@@ -271,7 +275,7 @@ func (c *oldestRowAge) Collect(ch chan<- prometheus.Metric) {
 }
 
 // FingerprintConflict counts a copy whose event ID was reused for another message, by what became of it.
-func (o *Observer) FingerprintConflict(_ context.Context, e inbox.ConflictEvent) {
+func (o *Observer) FingerprintConflict(_ context.Context, e observe.ConflictEvent) {
 	action := "skipped"
 	if e.DeadLettered {
 		action = "dead_lettered"

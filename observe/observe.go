@@ -1,4 +1,7 @@
-package inbox
+// Package observe is what the inbox reports about its work, for metrics and traces: the Observer interface that
+// inbox.WithObserver takes, the event each of its hooks receives, and the Mode and Outcome labels those events
+// carry. It imports nothing of the inbox, so an Observer can be written against this package alone.
+package observe
 
 import (
 	"context"
@@ -21,7 +24,7 @@ import (
 type Observer interface {
 	// Claimed is called when a message's row is claimed for its consumer, before the handler runs. It returns ctx,
 	// or a context derived from it, for the handler and the message's later hooks; nil stands for ctx. With
-	// WithClaimAtCommit the claim goes with the COMMIT, after the handler, and Claimed is called before the handler
+	// inbox.WithClaimAtCommit the claim goes with the COMMIT, after the handler, and Claimed is called before the handler
 	// all the same, once per delivery: a copy then gets DuplicateSkipped, and finishes with OutcomeDuplicate.
 	Claimed(ctx context.Context, e ClaimEvent) context.Context
 	// Committed is called when the inbox ends a claimed message's transaction, its effect included, whether the
@@ -41,12 +44,12 @@ type Observer interface {
 	Nacked(ctx context.Context, e NackEvent)
 	// RowsCleaned is called after a cleanup batch deleted inbox rows of one consumer.
 	RowsCleaned(ctx context.Context, e CleanupEvent)
-	// FingerprintConflict is called, with WithFingerprint, when a copy's event ID was applied before for a message
+	// FingerprintConflict is called, with inbox.WithFingerprint, when a copy's event ID was applied before for a message
 	// with another fingerprint: before the copy is skipped (DuplicateSkipped follows) or dead-lettered.
 	FingerprintConflict(ctx context.Context, e ConflictEvent)
 }
 
-// LeaseObserver is told about lease mode's hand-overs. An Observer given to WithObserver that also implements it
+// LeaseObserver is told about lease mode's hand-overs. An Observer given to inbox.WithObserver that also implements it
 // is told of them too; NopObserver does, so an Observer that embeds it can define either hook alone.
 type LeaseObserver interface {
 	// LeaseTakenOver is called in lease mode when a consumer takes over an expired lease of another holder.
@@ -64,10 +67,10 @@ const (
 	// ModeTransaction is the default mode: the claim and the handler's effect commit in one transaction of the
 	// inbox's.
 	ModeTransaction Mode = "transaction"
-	// ModeJoined is the transaction mode inside watermill-sql's subscriber transaction (WithSubscriberTx), which
+	// ModeJoined is the transaction mode inside watermill-sql's subscriber transaction (inbox.WithSubscriberTx), which
 	// that subscriber commits after the ack.
 	ModeJoined Mode = "joined"
-	// ModeLease is lease mode (WithLease): the claim records a lease, and the row is marked done after the handler.
+	// ModeLease is lease mode (inbox.WithLease): the claim records a lease, and the row is marked done after the handler.
 	ModeLease Mode = "lease"
 )
 
@@ -82,7 +85,7 @@ const (
 	OutcomeFailed Outcome = "failed"
 	// OutcomeDeadLettered is a message the inbox will not run again: dead-lettered, and acked.
 	OutcomeDeadLettered Outcome = "dead_lettered"
-	// OutcomeDuplicate is a message claimed at commit (WithClaimAtCommit) that turned out to be a copy of one
+	// OutcomeDuplicate is a message claimed at commit (inbox.WithClaimAtCommit) that turned out to be a copy of one
 	// applied before: its handler ran, its effect was rolled back, and it was acked as a duplicate.
 	OutcomeDuplicate Outcome = "duplicate"
 	// OutcomeLeaseLost is a lease-mode message whose lease was taken over before its holder could record the
@@ -120,7 +123,7 @@ type CommitEvent struct {
 	Message *message.Message
 	// Duration is how long the commit took (wall clock).
 	Duration time.Duration
-	// Err is why the commit failed, or nil. In lease mode it wraps ErrLeaseLost when the lease was taken over.
+	// Err is why the commit failed, or nil. In lease mode it wraps inbox.ErrLeaseLost when the lease was taken over.
 	Err error
 }
 
@@ -247,7 +250,7 @@ func (NopObserver) RowsCleaned(context.Context, CleanupEvent) {}
 // FingerprintConflict does nothing.
 func (NopObserver) FingerprintConflict(context.Context, ConflictEvent) {}
 
-// ConflictEvent is a copy of an event ID that was applied before for another message (WithFingerprint).
+// ConflictEvent is a copy of an event ID that was applied before for another message (inbox.WithFingerprint).
 type ConflictEvent struct {
 	// Consumer is the consumer name the message is applied for.
 	Consumer string
