@@ -21,6 +21,7 @@ import (
 // Its New builds an Inbox as the package-level New does.
 type Database struct {
 	dialect dialect.Dialect
+	schema  dialect.Schema // the dialect's, asked for once by OnDialect
 	pool    driver.Pool
 	joiners []driver.Joiner
 	// ender, shared and native are what the dialect and the pool can do beyond their interfaces, found once by
@@ -53,7 +54,12 @@ func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *D
 	ender, _ := d.(dialect.TxEnder)
 	shared, _ := pool.(driver.SharedPool)
 	native, _ := pool.(driver.NativeTyper)
-	return &Database{dialect: d, pool: pool, joiners: joiners, ender: ender, shared: shared, native: native}
+	var schema dialect.Schema
+	if d != nil {
+		schema = d.Schema()
+	}
+	return &Database{dialect: d, schema: schema, pool: pool, joiners: joiners, ender: ender, shared: shared,
+		native: native}
 }
 
 // OnSQL returns the PostgreSQL Database that db reaches through database/sql (lib/pq, or pgx's stdlib driver),

@@ -93,7 +93,7 @@ func TestPostgresBatchClaimOfAStaleConsumerIDClaimsNothing(t *testing.T) {
 	for _, ids := range [][]string{{"evt-1", "evt-2", "evt-3"}, {"evt-0", "evt-1"}} {
 		tx, err := pool.Begin(ctx, driver.TxOptions{})
 		require.NoError(t, err)
-		claimed, err := d.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: b.Table, Consumer: "wallet-credits",
+		claimed, err := d.Claims().ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: b.Table, Consumer: "wallet-credits",
 			ConsumerID: other, IDs: ids, State: "done"})
 		require.Error(t, err, "ids %v", ids)
 		require.Equal(t, dialect.StaleConsumer, d.Classify(err), "%v", err)

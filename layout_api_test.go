@@ -53,7 +53,7 @@ func TestLayout_NoExportedInterfaceHasMoreThanEightMethods(t *testing.T) {
 	t.Parallel()
 	fset := token.NewFileSet()
 	imp := importer.ForCompiler(fset, "source", nil)
-	for _, dir := range []string{".", "driver", "observe"} {
+	for _, dir := range []string{".", "dialect", "driver", "observe"} {
 		pkg, err := (&types.Config{Importer: imp}).Check(dir, fset, packageFiles(t, fset, dir, 0), nil)
 		require.NoError(t, err)
 		for _, name := range pkg.Scope().Names() {

@@ -30,7 +30,7 @@ func (d *Database) Migrations(opts ...MaintenanceOption) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := d.dialect.Migrations(c.table, string(c.idType))
+	ms, err := d.schema.Migrations(c.table, string(c.idType))
 	if err != nil || c.partitionPeriod == 0 {
 		return ms, err
 	}
@@ -73,7 +73,7 @@ type migrated struct {
 }
 
 func migrate(ctx context.Context, d *Database, c config) (res migrated, err error) {
-	ms, err := d.dialect.Migrations(c.table, string(c.idType))
+	ms, err := d.schema.Migrations(c.table, string(c.idType))
 	if err != nil {
 		return res, err
 	}
@@ -95,7 +95,7 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 	}
 	versions := c.table + "_migrations"
 	check := func(ctx context.Context, q driver.Executor, from, to int) error {
-		r, err := d.dialect.InspectSchema(ctx, q, c.table)
+		r, err := d.schema.InspectSchema(ctx, q, c.table)
 		if err != nil {
 			return fmt.Errorf("inbox: migrate: %w", err)
 		}
@@ -117,7 +117,7 @@ func migrate(ctx context.Context, d *Database, c config) (res migrated, err erro
 	}
 	params := dialect.MigrateParams{Table: c.table, Migrations: ms, Check: check}
 	for try := 1; ; try++ {
-		res.from, res.to, err = d.dialect.Migrate(ctx, d.pool, params)
+		res.from, res.to, err = d.schema.Migrate(ctx, d.pool, params)
 		if !d.ops(c.table).LockTaken(err) || try == migrateTries {
 			return res, err
 		}

@@ -1,8 +1,8 @@
 // Package dialect is the seam between the inbox and a database's SQL: every statement the inbox runs is one named
-// operation of Dialect, with its inputs in a params struct, so that all of one database's SQL lives in one
-// implementation. The inbox ships PostgreSQL's; the mysqlinbox module ships MySQL's and MariaDB's. A dialect runs
-// its statements through the driver package's Executor and Pool, so it works over any client library that has an
-// adapter there.
+// operation of a Dialect's concerns (Claims, Leases, Locks, Maintenance, Schema), with its inputs in a params
+// struct, so that all of one database's SQL lives in one implementation. The inbox ships PostgreSQL's; the
+// mysqlinbox module ships MySQL's and MariaDB's. A dialect runs its statements through the driver package's
+// Executor and Pool, so it works over any client library that has an adapter there.
 //
 // Every operation gets the inbox table's name in its params. The name was validated before (lower-case letters,
 // digits and underscores), so a dialect may put it into its SQL as it is; the tables beside it are named after it
@@ -16,95 +16,39 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Dialect runs the inbox's statements on one kind of database. Operations that take a driver.Executor run inside
-// a transaction the inbox began (or joined) and ends; the ones that take a driver.Pool manage their own.
+// Dialect runs the inbox's statements on one kind of database. It names the database and reads its errors
+// itself; its statements are grouped by concern, each behind an accessor: the message path's claims (Claims),
+// lease mode's (Leases), the maintenance lock (Locks), the work off a message's path (Maintenance) and the
+// tables' versions and shape (Schema). Operations that take a driver.Executor run inside a transaction the inbox
+// began (or joined) and ends; the ones that take a driver.Pool manage their own.
+//
+// The inbox asks for a concern once, when it builds its store or starts an operation off a message's path, and
+// keeps what it got. A dialect most often implements every concern on one type, whose accessors return the
+// dialect itself; the optional interfaces (SpanCleaner, Partitioner, AtCommitClaimer, Fingerprinter, RowsReader,
+// Speaker, Locator, TxEnder) are found on the Dialect, not on its concerns.
 type Dialect interface {
 	// Name names the database, for messages: "postgres", "mysql".
 	Name() string
 
-	// Classify tells what a driver error means to the inbox; the inbox never reads error codes itself.
+	// Classify tells what a driver error means to the inbox; the inbox never reads error codes itself. It reads
+	// the errors of every concern's operations.
 	Classify(err error) ErrorKind
 
 	// JoinsSubscriberTx reports whether the inbox may claim inside a transaction a subscriber began and commits
-	// (Savepoint and Finish are then used). A dialect that cannot guard such a claim against an early commit
-	// returns false, and the inbox refuses to be built with a way to join one.
+	// (Claims' Finish, and Savepoint around such a claim, are then used). A dialect that cannot guard such a
+	// claim against an early commit returns false, and the inbox refuses to be built with a way to join one.
 	JoinsSubscriberTx() bool
 
-	// ConsumerID returns the id the database stores for a consumer's name, registering the name if it is new, in
-	// a transaction of its own that has committed when it returns: rows carry the id instead of the name. The
-	// inbox asks once per consumer, and again after a claim failed with StaleConsumer, and passes the id in the
-	// params below; a dialect that stores names returns 0.
-	ConsumerID(ctx context.Context, pool driver.Pool, table, consumer string) (int, error)
-
-	// Claim inserts the row of (Consumer, ID) in State, and reports whether the transaction now owns it; false
-	// means the row was there, and the transaction did not take it. The claims (Claim, ClaimBatch, ClaimLease,
-	// AtCommitClaimer's) fail with StaleConsumer, before they look for a row, when ConsumerID no longer names
-	// Consumer (unless ClaimParams.Fresh): a stale id must never find another consumer's row and take it for a
-	// duplicate.
-	Claim(ctx context.Context, tx driver.Executor, p ClaimParams) (claimed bool, err error)
-	// ClaimBatch inserts, in State, the rows of Consumer and each of IDs (sorted and distinct, so that two batches
-	// that share IDs lock them in the same order and never deadlock), in one statement where the database allows,
-	// and returns the IDs whose rows the transaction now owns, spelled as IDs (a uuid column's canonical text).
-	ClaimBatch(ctx context.Context, tx driver.Executor, p ClaimBatchParams) (claimed []string, err error)
-	// Unclaim deletes a row the transaction claimed and has not committed: in a batch, a message whose handler
-	// failed gives its claim back while the others commit theirs.
-	Unclaim(ctx context.Context, tx driver.Executor, p RowParams) error
-	// ReadRow returns a row's state and the produced messages stored with it (nil for none); driver.ErrNoRows
-	// when there is no row.
-	ReadRow(ctx context.Context, q driver.Executor, p RowParams) (state string, produced []byte, err error)
-	// SaveProduced stores the produced messages of a row the transaction claimed as 'done'.
-	SaveProduced(ctx context.Context, tx driver.Executor, p ProducedParams) error
-	// Finish turns a row the transaction claimed as 'applying' 'done' and stores the produced messages (nil for
-	// none), so that a commit can never see one without the other. It reports false when the row is no longer
-	// 'applying'.
-	Finish(ctx context.Context, tx driver.Executor, p ProducedParams) (finished bool, err error)
-	// TakeOver gives the transaction, in State, a row lease mode left free: 'released', or 'processing' with a
-	// lease run out by the database clock. It reports false when the row is held or finished.
-	TakeOver(ctx context.Context, tx driver.Executor, p ClaimParams) (took bool, err error)
-	// Savepoint sets, rolls back to or releases the savepoint around a claim in a subscriber's transaction.
-	Savepoint(ctx context.Context, tx driver.Executor, step SavepointStep) error
-
-	// ClaimLease claims the lease of a row for Token, or reads why it cannot, in the inbox's short transaction.
-	ClaimLease(ctx context.Context, tx driver.Executor, p LeaseClaimParams) (LeaseClaim, error)
-	// ExtendLease, ReleaseLease, CompleteLease and FailLease are the lease holder's writes, each a compare-and-set
-	// on the token and the 'processing' state: they report false, and change nothing, when the lease is no
-	// longer Token's. Arg is the new lease length in ms for ExtendLease, the error text (string) for ReleaseLease
-	// and FailLease, and the produced messages ([]byte, nil for none) for CompleteLease.
-	ExtendLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
-	ReleaseLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
-	CompleteLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
-	FailLease(ctx context.Context, tx driver.Executor, p LeaseWriteParams) (held bool, err error)
-
-	// TakeLock takes a named lock row of the table's locks table for Holder, for Hold, when it is free or its
-	// holder's time ran out, and returns the database's clock minus Back (the cleanup's cutoff).
-	TakeLock(ctx context.Context, tx driver.Executor, p LockParams) (taken bool, cutoff time.Time, err error)
-	// ExtendLock extends Holder's lock by Hold; false when Holder no longer holds it.
-	ExtendLock(ctx context.Context, tx driver.Executor, p LockParams) (held bool, err error)
-	// ReleaseLock frees Holder's lock; another holder's is left alone.
-	ReleaseLock(ctx context.Context, tx driver.Executor, p LockParams) error
-	// Consumers lists the table's consumers, in order.
-	Consumers(ctx context.Context, tx driver.Executor, table string) ([]string, error)
-	// CleanupBatch deletes at most Limit of one consumer's rows, not 'processing', with From <= processed_at <
-	// Cutoff, oldest first.
-	CleanupBatch(ctx context.Context, tx driver.Executor, p CleanupBatchParams) (CleanupBatch, error)
-	// CountAbandoned counts 'processing' rows whose lease ran out before cutoff.
-	CountAbandoned(ctx context.Context, tx driver.Executor, table string, cutoff time.Time) (int64, error)
-	// Remembers returns, for each consumer, the time since which it remembers every message it applied (its
-	// oldest row that is not 'processing', or what the dialect records of it), with the database's clock.
-	Remembers(ctx context.Context, tx driver.Executor, table string) ([]Memory, error)
-	// Stats counts each consumer's rows by state and reads the table's size; Exists is false without the table.
-	Stats(ctx context.Context, tx driver.Executor, table string) (Stats, error)
-	// Forget deletes one row, unless it holds a live lease and Force is false.
-	Forget(ctx context.Context, tx driver.Executor, p ForgetParams) (Forgotten, error)
-
-	// Migrations returns the dialect's schema changes for the table, in order.
-	Migrations(table string, idType string) ([]Migration, error)
-	// Migrate applies the migrations not applied yet, records them in the table's versions table and calls
-	// Check before it ends; an error from Check undoes what the database can undo. Many processes may call it at
-	// once: they take turns.
-	Migrate(ctx context.Context, pool driver.Pool, p MigrateParams) (from, to int, err error)
-	// InspectSchema compares the table's schema with the shape the inbox needs.
-	InspectSchema(ctx context.Context, q driver.Executor, table string) (SchemaReport, error)
+	// Claims returns the statements of a message's path.
+	Claims() Claims
+	// Leases returns lease mode's statements.
+	Leases() Leases
+	// Locks returns the statements of the named locks the maintenance takes.
+	Locks() Locks
+	// Maintenance returns the statements that run off a message's path: cleanup, retention, stats, forget.
+	Maintenance() Maintenance
+	// Schema returns the statements of the inbox's tables: their migrations, their shape, their consumers.
+	Schema() Schema
 }
 
 // SpanCleaner is implemented by a dialect whose cleanup walks the table's pages once for all consumers instead of
@@ -218,7 +162,7 @@ const (
 	// StaleConsumer is a claim whose ConsumerID no longer names its Consumer in the consumers table: the table was
 	// made anew (a migration rolled back and applied again) and numbered its consumers otherwise. Under a snapshot
 	// older than the consumer's registration (a subscriber's REPEATABLE READ transaction) a valid id looks the
-	// same. The claim wrote nothing; the id must be asked for again (Dialect.ConsumerID) before the message is
+	// same. The claim wrote nothing; the id must be asked for again (Schema.ConsumerID) before the message is
 	// claimed again. A dialect whose rows carry names never returns it.
 	StaleConsumer
 	// ClientEncoding is a statement refused because the session would not carry the inbox's text as it was sent:
@@ -233,33 +177,6 @@ const (
 
 // Retryable reports whether a transaction that failed with k may run again.
 func (k ErrorKind) Retryable() bool { return k == SerializationFailure || k == LockConflict }
-
-// SavepointStep is a step of the savepoint around a claim in a subscriber's transaction.
-type SavepointStep int
-
-const (
-	// SetSavepoint sets the savepoint before the claim.
-	SetSavepoint SavepointStep = iota
-	// RollbackSavepoint undoes everything since it.
-	RollbackSavepoint
-	// ReleaseSavepoint keeps everything since it and forgets it.
-	ReleaseSavepoint
-)
-
-// ClaimParams are the inputs of Claim and TakeOver.
-type ClaimParams struct {
-	Table, Consumer, ID string
-	// ConsumerID is what ConsumerID returned for Consumer. A claim that inserts a row checks, in its statement,
-	// that the id still names Consumer, and fails with an error Classify calls StaleConsumer when it does not;
-	// the statements that run after it in its transaction may then trust the id.
-	ConsumerID int
-	// State is "done" in a transaction the inbox commits, "applying" in one it does not.
-	State string
-	// Fresh tells Claim to trust ConsumerID without checking it: it was read just now, in a transaction of its
-	// own, after a check in the claim's transaction failed because that transaction's snapshot (a subscriber's,
-	// under REPEATABLE READ) is older than the consumer's registration and cannot see it.
-	Fresh bool
-}
 
 // AtCommitClaimer is implemented by a dialect that can write a claim as a plain INSERT, one that fails on a row
 // already there instead of doing nothing: sent with COMMIT (WithClaimAtCommit), its failure keeps the transaction
@@ -293,15 +210,6 @@ type FingerprintParams struct {
 	Fingerprint         []byte
 }
 
-// ClaimBatchParams are the inputs of ClaimBatch.
-type ClaimBatchParams struct {
-	Table, Consumer string
-	ConsumerID      int      // what ConsumerID returned for Consumer
-	IDs             []string // sorted, distinct
-	// State is "done": a batch is always in a transaction the inbox commits.
-	State string
-}
-
 // RowsReader is a Dialect that reads many rows in one statement. Batch mode reads with it, in the batch's
 // transaction, the rows its claim found there already, so that a copy of a finished message ends with its batch's
 // claim instead of in a transaction of its own; with a dialect that is not one, each such message goes on alone.
@@ -323,158 +231,3 @@ type StoredRow struct {
 	State    string
 	Produced []byte
 }
-
-// RowParams name one row.
-type RowParams struct {
-	Table, Consumer, ID string
-	ConsumerID          int // what ConsumerID returned for Consumer
-}
-
-// ProducedParams are the inputs of SaveProduced and Finish.
-type ProducedParams struct {
-	Table, Consumer, ID string
-	ConsumerID          int // what ConsumerID returned for Consumer
-	// Produced is the JSON of the produced messages, nil for none.
-	Produced []byte
-}
-
-// LeaseClaimParams are the inputs of ClaimLease.
-type LeaseClaimParams struct {
-	Table, Consumer, ID string
-	ConsumerID          int // what ConsumerID returned for Consumer
-	// Token is the new holder's fence, a UUID.
-	Token string
-	// Lease is how long the lease lasts, by the database clock.
-	Lease time.Duration
-}
-
-// LeaseClaim is the outcome of ClaimLease.
-type LeaseClaim struct {
-	// Claimed is true when Token now holds the lease.
-	Claimed bool
-	// Attempt counts the claims so far, this one included; the row's count when Claimed is false.
-	Attempt int
-	// LastError is why the previous attempt ended, if one did.
-	LastError string
-	// Takeover is true when the previous holder's lease had run out.
-	Takeover bool
-	// State is the row's state when Claimed is false.
-	State string
-	// Remaining is what is left of a live lease when Claimed is false.
-	Remaining time.Duration
-	// Produced is the produced column of a 'done' row when Claimed is false.
-	Produced []byte
-}
-
-// LeaseWriteParams are the inputs of the lease holder's writes.
-type LeaseWriteParams struct {
-	Table, Consumer, ID, Token string
-	ConsumerID                 int // what ConsumerID returned for Consumer
-	// Arg is the write's one value: see Dialect.ExtendLease.
-	Arg any
-}
-
-// LockParams are the inputs of the lock operations.
-type LockParams struct {
-	Table, Name, Holder string
-	// Hold is how long the lock is held from now, by the database clock.
-	Hold time.Duration
-	// Back is subtracted from the database's clock to make TakeLock's cutoff.
-	Back time.Duration
-}
-
-// CleanupBatchParams are the inputs of CleanupBatch.
-type CleanupBatchParams struct {
-	Table, Consumer string
-	From, Cutoff    time.Time
-	Limit           int
-}
-
-// CleanupBatch is the outcome of CleanupBatch.
-type CleanupBatch struct {
-	// Picked counts the rows the batch looked at; 0 when the consumer has no more to delete.
-	Picked int64
-	// Deleted counts the rows it deleted.
-	Deleted int64
-	// Next is where the next batch starts: the last picked row's processed_at, or From.
-	Next time.Time
-}
-
-// Memory is how far back one consumer remembers.
-type Memory struct {
-	Consumer    string
-	Oldest, Now time.Time
-}
-
-// Stats are the counts and sizes of an inbox table.
-type Stats struct {
-	Now                                time.Time
-	Exists                             bool
-	TableBytes, IndexBytes, TotalBytes int64
-	Consumers                          []ConsumerStats
-	// ConsumerIDs is how many consumer names the table can register in all, 0 when its rows carry the name and
-	// it has no such limit; ConsumerIDsLeft is how many of those it can still register.
-	ConsumerIDs, ConsumerIDsLeft int64
-}
-
-// ConsumerStats counts one consumer's rows by state; Oldest is zero when it has no row the cleanup may delete.
-type ConsumerStats struct {
-	Consumer                                          string
-	Rows, Done, Failed, Released, Processing, Expired int64
-	Oldest                                            time.Time
-}
-
-// ForgetParams are the inputs of Forget.
-type ForgetParams struct {
-	Table, Consumer, ID string
-	Force               bool
-}
-
-// Forgotten is the outcome of Forget.
-type Forgotten struct {
-	// Deleted is true when the row was deleted; the fields below describe it.
-	Deleted     bool
-	State       string
-	ProcessedAt time.Time
-	Attempts    int
-	LastError   string
-	HadProduced bool
-	// Held is true when the row was kept for its live lease, which has Remaining left.
-	Held      bool
-	Remaining time.Duration
-}
-
-// Migration is one versioned schema change of the inbox table.
-type Migration struct {
-	// Version orders migrations; Migrate applies each once, in ascending order.
-	Version int
-	// Name is the file name's description, such as "inbox".
-	Name string
-	// Up and Down are the SQL that applies and reverts the change, for the configured table.
-	Up, Down string
-}
-
-// MigrateParams are the inputs of Migrate.
-type MigrateParams struct {
-	Table      string
-	Migrations []Migration
-	// Check runs once the migrations are applied, with from and to the versions before and after; an error
-	// fails Migrate.
-	Check func(ctx context.Context, q driver.Executor, from, to int) error
-}
-
-// SchemaReport is what InspectSchema found.
-type SchemaReport struct {
-	// IDType is the type of the inbox table's message_id as the inbox names it ("text", "uuid"), "" for another.
-	IDType string
-	// Missing is true when the inbox table does not exist.
-	Missing bool
-	// Absent lists objects that do not exist; Wrong lists objects that exist in another shape.
-	Absent, Wrong []string
-	// Outdated is true when the inbox table has the layout of an older version, which Migrate moves to the
-	// current one.
-	Outdated bool
-}
-
-// Incomplete reports whether only whole objects are missing, which Migrate can add without touching what exists.
-func (r SchemaReport) Incomplete() bool { return len(r.Absent) > 0 && len(r.Wrong) == 0 }

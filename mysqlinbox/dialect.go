@@ -38,6 +38,13 @@ var errNoJoin = errors.New("mysqlinbox: the inbox cannot claim in a subscriber's
 
 func (*mysqlDialect) Name() string { return "MySQL" }
 
+// The dialect's concerns are all the dialect itself.
+func (m *mysqlDialect) Claims() dialect.Claims           { return m }
+func (m *mysqlDialect) Leases() dialect.Leases           { return m }
+func (m *mysqlDialect) Locks() dialect.Locks             { return m }
+func (m *mysqlDialect) Maintenance() dialect.Maintenance { return m }
+func (m *mysqlDialect) Schema() dialect.Schema           { return m }
+
 // Speaks is MySQL, which MariaDB speaks too (dialect.Speaker).
 func (*mysqlDialect) Speaks() driver.Server { return driver.MySQL }
 

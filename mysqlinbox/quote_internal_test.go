@@ -50,7 +50,7 @@ func TestSecurity_TheTableNameIsQuotedAsAnIdentifierEverywhere(t *testing.T) {
 	}
 	require.Greater(t, named, 30, "the statements name the table")
 
-	ms, err := Dialect().Migrations(name, "")
+	ms, err := Dialect().Schema().Migrations(name, "")
 	if err != nil {
 		return // refused before any SQL is made of it: as safe
 	}

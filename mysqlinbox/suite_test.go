@@ -34,7 +34,7 @@ var mariaDB = inboxtest.Dialect{
 	// The rows carry consumer names, so no migration numbers consumers: the newest, 001, drops the tables, and
 	// applying it again makes them anew, empty.
 	RollBackNewest: func(table string) ([]string, error) {
-		ms, err := mysqlinbox.Dialect().Migrations(table, "")
+		ms, err := mysqlinbox.Dialect().Schema().Migrations(table, "")
 		if err != nil {
 			return nil, err
 		}

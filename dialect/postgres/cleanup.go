@@ -42,7 +42,7 @@ const (
 	lockReleaseSQL = `DELETE FROM {table}_locks WHERE name = $1 AND holder = $2`
 
 	// One bounded batch of one consumer's expired rows. The cleanup itself walks the table's pages for all
-	// consumers at once (spanPagesSQL below); this serves dialect.Dialect's per-consumer contract. Rows of a
+	// consumers at once (spanPagesSQL below); this serves dialect.Maintenance's per-consumer contract. Rows of a
 	// minute are deleted only once the whole minute lies before the cutoff ($3, in minutes, rounded down), so
 	// no row goes early.
 	cleanupBatchSQL = `WITH picked AS (

@@ -161,6 +161,13 @@ func stateName(code string) string {
 
 func (*postgres) Name() string { return "postgres" }
 
+// The dialect's concerns are all the dialect itself.
+func (pg *postgres) Claims() dialect.Claims           { return pg }
+func (pg *postgres) Leases() dialect.Leases           { return pg }
+func (pg *postgres) Locks() dialect.Locks             { return pg }
+func (pg *postgres) Maintenance() dialect.Maintenance { return pg }
+func (pg *postgres) Schema() dialect.Schema           { return pg }
+
 // Speaks is PostgreSQL (dialect.Speaker).
 func (*postgres) Speaks() driver.Server { return driver.PostgreSQL }
 

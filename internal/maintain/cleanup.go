@@ -49,9 +49,10 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 	hold := cleanupLockHold + p.Pause
 	var locked bool
 	lock := dialect.LockParams{Table: e.Table, Name: LockName, Holder: holder, Hold: hold, Back: p.Retention}
+	locks, m := e.Dialect.Locks(), e.Dialect.Maintenance()
 	err = e.ShortTx(ctx, func(tx driver.Tx) error {
 		var err error
-		locked, res.Cutoff, err = e.Dialect.TakeLock(ctx, tx, lock)
+		locked, res.Cutoff, err = locks.TakeLock(ctx, tx, lock)
 		return err
 	})
 	if err != nil {
@@ -63,9 +64,9 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 		e.Logger.Debug("Inbox cleanup skipped: another instance is cleaning this table", fields)
 		return res, nil
 	}
-	defer func() { err = errors.Join(err, unlock(ctx, e, holder)) }()
+	defer func() { err = errors.Join(err, unlock(ctx, e, locks, holder)) }()
 
-	r := cleanupRound{ctx: ctx, e: e, p: p, lock: lock, res: &res}
+	r := cleanupRound{ctx: ctx, e: e, locks: locks, m: m, p: p, lock: lock, res: &res}
 	if p.PartitionPeriod > 0 {
 		pr, err := Partitions(ctx, e, p.PartitionPeriod, res.Cutoff, r.batch)
 		if err != nil {
@@ -84,7 +85,7 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 
 	err = e.ShortTx(ctx, func(tx driver.Tx) error {
 		var err error
-		res.Abandoned, err = e.Dialect.CountAbandoned(ctx, tx, e.Table, res.Cutoff)
+		res.Abandoned, err = m.CountAbandoned(ctx, tx, e.Table, res.Cutoff)
 		return err
 	})
 	if err != nil {
@@ -108,11 +109,13 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 // cleanupRound is one round of the cleanup, holding the lock; its batches each run in a short transaction that
 // first extends the lock, so that a cleaner that lost it deletes nothing more.
 type cleanupRound struct {
-	ctx  context.Context
-	e    Env
-	p    CleanupParams
-	lock dialect.LockParams
-	res  *CleanupResult
+	ctx   context.Context
+	e     Env
+	locks dialect.Locks       // e's, asked for once by Cleanup
+	m     dialect.Maintenance // e's, asked for once by Cleanup
+	p     CleanupParams
+	lock  dialect.LockParams
+	res   *CleanupResult
 	// took is how long the last batch took.
 	took time.Duration
 	// walkOnly is the one partition the walk cleans, with managed partitions (partitions.go in this package): the others are
@@ -125,7 +128,7 @@ func (r *cleanupRound) batch(fn func(tx driver.Tx) error) error {
 	start := time.Now()
 	defer func() { r.took = time.Since(start) }()
 	err := r.e.ShortTx(r.ctx, func(tx driver.Tx) error {
-		held, err := r.e.Dialect.ExtendLock(r.ctx, tx, r.lock)
+		held, err := r.locks.ExtendLock(r.ctx, tx, r.lock)
 		if err != nil {
 			return err
 		}
@@ -242,7 +245,7 @@ func total(counts map[string]int64) (n int64) {
 // byConsumer cleans one consumer's rows after another, each in batches that walk the cleanup index from where the
 // previous batch ended.
 func (r *cleanupRound) byConsumer() error {
-	consumers, err := listConsumers(r.ctx, r.e)
+	consumers, err := listConsumers(r.ctx, r.e, r.m)
 	if err != nil {
 		return err
 	}
@@ -251,7 +254,7 @@ func (r *cleanupRound) byConsumer() error {
 		for {
 			var b dialect.CleanupBatch
 			if err := r.batch(func(tx driver.Tx) (err error) {
-				b, err = r.e.Dialect.CleanupBatch(r.ctx, tx, dialect.CleanupBatchParams{
+				b, err = r.m.CleanupBatch(r.ctx, tx, dialect.CleanupBatchParams{
 					Table: r.e.Table, Consumer: consumer, From: from, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize})
 				return err
 			}); err != nil {
@@ -274,11 +277,11 @@ var errCleanupLockLost = errors.New("the cleanup lock ran out and another instan
 
 // unlock releases the cleanup lock, outliving a cancelled ctx so that a stopped cleanup does not make the next
 // round wait for the lock to run out. A failure is returned; the lock then runs out on its own.
-func unlock(ctx context.Context, e Env, holder string) error {
+func unlock(ctx context.Context, e Env, locks dialect.Locks, holder string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	err := e.ShortTx(ctx, func(tx driver.Tx) error {
-		return e.Dialect.ReleaseLock(ctx, tx, dialect.LockParams{Table: e.Table, Name: LockName, Holder: holder})
+		return locks.ReleaseLock(ctx, tx, dialect.LockParams{Table: e.Table, Name: LockName, Holder: holder})
 	})
 	if err != nil {
 		return e.Wrap("cleanup: unlock", err)
@@ -287,11 +290,11 @@ func unlock(ctx context.Context, e Env, holder string) error {
 }
 
 // listConsumers returns the consumers that have rows, in order.
-func listConsumers(ctx context.Context, e Env) ([]string, error) {
+func listConsumers(ctx context.Context, e Env, m dialect.Maintenance) ([]string, error) {
 	var out []string
 	err := e.ShortTx(ctx, func(tx driver.Tx) error {
 		var err error
-		out, err = e.Dialect.Consumers(ctx, tx, e.Table)
+		out, err = m.Consumers(ctx, tx, e.Table)
 		return err
 	})
 	if err != nil {

@@ -30,7 +30,7 @@ func (s *Store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 	}
 	err = InShortTx(ctx, pool, s.d, func(tx driver.Tx) error {
 		var err error
-		c, err = s.d.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
+		c, err = s.leases.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
 		if err != nil {
 			return s.wrap("claim lease", consumer, id, err)
 		}
@@ -84,7 +84,7 @@ func (op LeaseOp) String() string {
 // leaseStatement returns the dialect's compare-and-set for op.
 func (s *Store) leaseStatement(op LeaseOp) func(context.Context, driver.Executor, dialect.LeaseWriteParams) (bool, error) {
 	return [...]func(context.Context, driver.Executor, dialect.LeaseWriteParams) (bool, error){
-		s.d.ExtendLease, s.d.CompleteLease, s.d.FailLease, s.d.ReleaseLease}[op]
+		s.leases.ExtendLease, s.leases.CompleteLease, s.leases.FailLease, s.leases.ReleaseLease}[op]
 }
 
 // Fenced runs one of the lease's compare-and-set writes in a short transaction of its own, and returns an error

@@ -15,7 +15,8 @@ var ErrNotFound = errors.New("inbox: no such inbox row")
 // Ops is the store of what runs off a message's path: the cleanup rounds, the partitions, the retention watch,
 // Stats and Forget, run from a cron job, a background Cleaner, a metrics scrape or an operator's terminal. Like
 // Store for the message path, it is where their database errors are classified; internal/maintain and the inbox
-// package only branch on what it returns.
+// package only branch on what it returns. Each operation asks Dialect for the concern it runs (Maintenance,
+// Locks) once, when it starts.
 type Ops struct {
 	Pool    driver.Pool
 	Dialect dialect.Dialect
@@ -44,8 +45,9 @@ func (o Ops) LockTaken(err error) bool {
 // Remembers reads, for each consumer, since when it remembers every message it applied.
 func (o Ops) Remembers(ctx context.Context) ([]dialect.Memory, error) {
 	var ms []dialect.Memory
+	m := o.Dialect.Maintenance()
 	err := o.ShortTx(ctx, func(tx driver.Tx) (err error) {
-		ms, err = o.Dialect.Remembers(ctx, tx, o.Table)
+		ms, err = m.Remembers(ctx, tx, o.Table)
 		return err
 	})
 	if err != nil {
@@ -60,12 +62,13 @@ func (o Ops) Stats(ctx context.Context) (dialect.Stats, []dialect.Memory, error)
 	var (
 		st dialect.Stats
 		ms []dialect.Memory
+		m  = o.Dialect.Maintenance()
 	)
 	err := o.ShortTx(ctx, func(tx driver.Tx) (err error) {
-		if st, err = o.Dialect.Stats(ctx, tx, o.Table); err != nil || !st.Exists {
+		if st, err = m.Stats(ctx, tx, o.Table); err != nil || !st.Exists {
 			return err
 		}
-		ms, err = o.Dialect.Remembers(ctx, tx, o.Table)
+		ms, err = m.Remembers(ctx, tx, o.Table)
 		return err
 	})
 	switch {
@@ -83,8 +86,9 @@ func (o Ops) Stats(ctx context.Context) (dialect.Stats, []dialect.Memory, error)
 func (o Ops) Forget(ctx context.Context, p dialect.ForgetParams) (dialect.Forgotten, error) {
 	p.Table = o.Table
 	var f dialect.Forgotten
+	m := o.Dialect.Maintenance()
 	err := o.ShortTx(ctx, func(tx driver.Tx) (err error) {
-		f, err = o.Dialect.Forget(ctx, tx, p)
+		f, err = m.Forget(ctx, tx, p)
 		return err
 	})
 	switch {

@@ -32,11 +32,15 @@ const (
 // Store runs the message path's operations on the inbox table through the database's dialect, which holds their
 // SQL, and turns the dialect's errors into the inbox's: what the caller branches on becomes a sentinel.
 type Store struct {
-	d     dialect.Dialect
-	caps  capabilities // d's optional interfaces
-	table string
-	pool  driver.Pool
-	ids   sync.Map // consumer name -> int: the id the database stores for it
+	d dialect.Dialect
+	// claims, leases and schema are d's concerns, asked for once by New.
+	claims dialect.Claims
+	leases dialect.Leases
+	schema dialect.Schema
+	caps   capabilities // d's optional interfaces
+	table  string
+	pool   driver.Pool
+	ids    sync.Map // consumer name -> int: the id the database stores for it
 	// losses counts the statements that found the table missing; the inbox's schema gate checks again after one
 	// (internal/readiness).
 	losses atomic.Uint64
@@ -46,7 +50,8 @@ type Store struct {
 func (s *Store) Losses() *atomic.Uint64 { return &s.losses }
 
 func New(d dialect.Dialect, table string, pool driver.Pool) *Store {
-	return &Store{d: d, caps: capabilitiesOf(d), table: table, pool: pool}
+	return &Store{d: d, claims: d.Claims(), leases: d.Leases(), schema: d.Schema(), caps: capabilitiesOf(d),
+		table: table, pool: pool}
 }
 
 // ConsumerID returns the id the database stores for consumer, registering the name the first time this Inbox
@@ -59,7 +64,7 @@ func (s *Store) ConsumerID(ctx context.Context, consumer string) (int, error) {
 	if id, ok := s.ids.Load(consumer); ok {
 		return id.(int), nil
 	}
-	id, err := s.d.ConsumerID(ctx, s.pool, s.table, consumer)
+	id, err := s.schema.ConsumerID(ctx, s.pool, s.table, consumer)
 	if err != nil {
 		switch s.d.Classify(err) {
 		case dialect.NoTable:
@@ -85,7 +90,7 @@ func (s *Store) Claim(ctx context.Context, tx driver.Tx, consumer, id, state str
 	if err != nil {
 		return false, err
 	}
-	claimed, err := s.d.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
+	claimed, err := s.claims.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
 	if err != nil {
 		return false, s.wrap("claim", consumer, id, err)
 	}
@@ -97,14 +102,14 @@ func (s *Store) Claim(ctx context.Context, tx driver.Tx, consumer, id, state str
 // cannot tell a stale id from one registered since. The transaction is rolled back to the savepoint set before the
 // claim, the id is asked for again in a transaction of its own, and the claim trusts it (dialect.ClaimParams.Fresh).
 func (s *Store) ClaimFresh(ctx context.Context, tx driver.Tx, consumer, id, state string) (bool, error) {
-	if err := s.d.Savepoint(ctx, tx, dialect.RollbackSavepoint); err != nil {
+	if err := s.claims.Savepoint(ctx, tx, dialect.RollbackSavepoint); err != nil {
 		return false, fmt.Errorf("inbox: claim %s/%s: roll back to the savepoint after a stale consumer id: %w", consumer, id, err)
 	}
 	cid, err := s.ConsumerID(ctx, consumer) // wrap forgot the ids: this registers the name again
 	if err != nil {
 		return false, err
 	}
-	claimed, err := s.d.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state, Fresh: true})
+	claimed, err := s.claims.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state, Fresh: true})
 	if err != nil {
 		return false, s.wrap("claim", consumer, id, err)
 	}
@@ -119,7 +124,7 @@ func (s *Store) ClaimBatch(ctx context.Context, tx driver.Tx, consumer string, i
 	if err != nil {
 		return nil, err
 	}
-	claimed, err := s.d.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids, State: StateDone})
+	claimed, err := s.claims.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids, State: StateDone})
 	if err != nil {
 		return nil, s.wrap("batch claim", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
 	}
@@ -132,7 +137,7 @@ func (s *Store) Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) 
 	if err != nil {
 		return err
 	}
-	if err := s.d.Unclaim(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id}); err != nil {
+	if err := s.claims.Unclaim(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id}); err != nil {
 		return s.wrap("give back claim", consumer, id, err)
 	}
 	return nil
@@ -145,7 +150,7 @@ func (s *Store) Produced(ctx context.Context, q driver.Executor, consumer, id st
 	if err != nil {
 		return "", nil, err
 	}
-	state, raw, err := s.d.ReadRow(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
+	state, raw, err := s.claims.ReadRow(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
 	if err != nil {
 		return "", nil, s.wrap("read produced messages", consumer, id, err)
 	}
@@ -160,7 +165,7 @@ func (s *Store) Holds(ctx context.Context, tx driver.Tx, consumer, id string) (b
 	if err != nil {
 		return false, err
 	}
-	_, _, err = s.d.ReadRow(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
+	_, _, err = s.claims.ReadRow(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
 	if errors.Is(err, driver.ErrNoRows) {
 		return false, nil
 	}
@@ -188,7 +193,7 @@ func (s *Store) SaveProduced(ctx context.Context, tx driver.Tx, consumer, id str
 	if err != nil {
 		return err
 	}
-	err = s.d.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
+	err = s.claims.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
 	if err != nil {
 		return s.wrapProduced("store produced messages", consumer, id, err)
 	}
@@ -201,7 +206,7 @@ func (s *Store) Finish(ctx context.Context, tx driver.Tx, consumer, id string, r
 	if err != nil {
 		return err
 	}
-	ok, err := s.d.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
+	ok, err := s.claims.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
 	if err != nil {
 		return s.wrapProduced("finish claim", consumer, id, err)
 	}
@@ -218,7 +223,7 @@ func (s *Store) TakeOver(ctx context.Context, tx driver.Tx, consumer, id, state 
 	if err != nil {
 		return false, err
 	}
-	took, err := s.d.TakeOver(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
+	took, err := s.claims.TakeOver(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
 	if err != nil {
 		return false, s.wrap("take over lease-mode row", consumer, id, err)
 	}
@@ -227,7 +232,7 @@ func (s *Store) TakeOver(ctx context.Context, tx driver.Tx, consumer, id, state 
 
 // Savepoint runs one step of the savepoint around a claim in a subscriber's transaction, or a batch's member.
 func (s *Store) Savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error {
-	return s.d.Savepoint(ctx, tx, step)
+	return s.claims.Savepoint(ctx, tx, step)
 }
 
 // ReadFinished returns the rows of consumer and ids that are 'done' or 'failed', by ID, when the dialect reads many
@@ -287,7 +292,7 @@ func (s *Store) Locator() (dialect.Locator, bool) {
 
 // InspectSchema compares the table's schema with the shape the inbox needs, in q.
 func (s *Store) InspectSchema(ctx context.Context, q driver.Executor) (dialect.SchemaReport, error) {
-	r, err := s.d.InspectSchema(ctx, q, s.table)
+	r, err := s.schema.InspectSchema(ctx, q, s.table)
 	return r, PoolerHint(s.d, err)
 }
 
