@@ -1,6 +1,8 @@
 package inbox
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -10,9 +12,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/internal/batch"
+	"github.com/effectively-once/watermill-inbox/internal/fingerprint"
 	"github.com/effectively-once/watermill-inbox/internal/store"
 	"github.com/effectively-once/watermill-inbox/internal/text"
+	"github.com/effectively-once/watermill-inbox/observe"
 )
+
+// The steps every mode takes with one message: read its event ID, begin the transaction its claim goes in, claim
+// (consumer, ID), skip a copy (checking its fingerprint), and stamp the messages its handler produced.
 
 // identify returns the consumer scope and event ID of msg, or why the inbox cannot apply it.
 func (i *core) identify(msg *message.Message) (consumer, id string, err error) {
@@ -208,3 +216,178 @@ const (
 	leaseBusyFloor   = 100 * time.Millisecond
 	leaseBusyCeiling = time.Second
 )
+
+// fingerprintOf returns msg's fingerprint, or nil without WithFingerprint.
+func (i *core) fingerprintOf(msg *message.Message) []byte {
+	if i.cfg.fingerprint == nil {
+		return nil
+	}
+	return fingerprint.Of(msg.Payload, msg.Metadata.Get, i.cfg.fingerprint.MetadataKeys)
+}
+
+// checkCopy compares a copy of an applied message with the fingerprint stored with its row, which read returns,
+// and, when they differ, reports the conflict and returns the error that ends the copy: an unusable one, which
+// settle dead-letters, when the options say so; nil when the copy is skipped, as a copy is.
+func (i *core) checkCopy(msg *message.Message, consumer, id string, mode observe.Mode, read func() ([]byte, error)) error {
+	theirs := i.fingerprintOf(msg)
+	if theirs == nil {
+		return nil
+	}
+	stored, err := read()
+	if err != nil {
+		return fmt.Errorf("inbox: read the fingerprint of %s/%s: %w", consumer, id, err)
+	}
+	if !fingerprint.Conflicts(stored, theirs) {
+		return nil
+	}
+	e := observe.ConflictEvent{Consumer: consumer, EventID: id, Mode: mode, Message: msg, Stored: fingerprint.String(stored),
+		Received: fingerprint.String(theirs), DeadLettered: i.cfg.fingerprint.DeadLetter}
+	cause := fmt.Errorf("%w: %s/%s was applied for a message with fingerprint %s, and this one has %s", ErrFingerprintConflict,
+		consumer, id, e.Stored, e.Received)
+	i.cfg.logger.Error("Inbox found an event ID reused for another message", cause, logFields(msg, consumer, id).Add(
+		watermill.LogFields{"stored_fingerprint": e.Stored, "received_fingerprint": e.Received, "dead_lettered": e.DeadLettered}))
+	i.cfg.observer.FingerprintConflict(msg.Context(), e)
+	if e.DeadLettered {
+		return unusable{cause}
+	}
+	return nil
+}
+
+// committedFingerprint returns a read of the fingerprint stored with the row of (consumer, id) in a short
+// transaction of its own, for a copy that has no transaction of the inbox's to read it in.
+func (i *core) committedFingerprint(ctx context.Context, consumer, id string) func() ([]byte, error) {
+	return func() (f []byte, err error) {
+		err = store.InShortTx(ctx, i.db.pool, i.store.Dialect(), func(tx driver.Tx) error {
+			f, err = i.store.ReadFingerprint(ctx, tx, consumer, id)
+			return err
+		})
+		return f, err
+	}
+}
+
+// takenOverByAnother reports, for a copy that would take over a row left unfinished (a lease released or run
+// out, a row lease mode left), whether the row carries the fingerprint of another message, which read returns.
+// Such a copy is a reused event ID as the copy of a finished row is: reported, then skipped, or dead-lettered with
+// the unusable error returned, and its handler never runs; the row stays for its own message's copies.
+func (i *core) takenOverByAnother(msg *message.Message, consumer, id string, ob *observed, read func() ([]byte, error)) (bool, error) {
+	theirs := i.fingerprintOf(msg)
+	if theirs == nil {
+		return false, nil
+	}
+	stored, err := read()
+	if err != nil {
+		return true, fmt.Errorf("inbox: read the fingerprint of %s/%s: %w", consumer, id, err)
+	}
+	if !fingerprint.Conflicts(stored, theirs) {
+		return false, nil
+	}
+	if err := i.checkCopy(msg, consumer, id, ob.mode, func() ([]byte, error) { return stored, nil }); err != nil {
+		return true, err
+	}
+	i.cfg.logger.Info("skipped a message whose event ID another message's unfinished row holds", logFields(msg, consumer, id))
+	ob.skipped()
+	return true, nil
+}
+
+// producedNamespace is the name-space UUID of the produced messages' name-based (version 5) UUIDs. It is part of
+// the identities downstream consumers store, so it never changes.
+var producedNamespace = uuid.MustParse("86fc1d95-ba6a-4a53-91d3-3c0816205fe5")
+
+// ProducedMessageUUID returns the UUID the inbox gives the message at position (from 0) of those a handler returned
+// for consumer and event ID: a name-based UUID (version 5, SHA-1) in a name space of the library's own, over the
+// consumer, the event ID and the position, each length-prefixed so that no two triples share a name. The same
+// triple always yields the same UUID, in every mode and every version of the library, so a produced message sent
+// again (after a lost commit, a crash, a failed publish, a replay of the stored messages) carries the identity it
+// had the first time, and the next consumer's inbox recognises it.
+func ProducedMessageUUID(consumer, eventID string, position int) string {
+	name := make([]byte, 0, 3*binary.MaxVarintLen64+len(consumer)+len(eventID))
+	name = binary.AppendUvarint(name, uint64(len(consumer)))
+	name = append(name, consumer...)
+	name = binary.AppendUvarint(name, uint64(len(eventID)))
+	name = append(name, eventID...)
+	name = binary.AppendUvarint(name, uint64(position))
+	return uuid.NewSHA1(producedNamespace, name).String()
+}
+
+// stampProduced gives each produced message its deterministic UUID and, under idKey, an event ID: the UUID, unless
+// the handler set one itself (it must then derive it from its input, or copies will carry different IDs).
+func stampProduced(msgs []*message.Message, consumer, id, idKey string) {
+	for pos, m := range msgs {
+		if m == nil {
+			continue
+		}
+		m.UUID = ProducedMessageUUID(consumer, id, pos)
+		if idKey == "" {
+			continue
+		}
+		if m.Metadata == nil {
+			m.Metadata = make(message.Metadata)
+		}
+		if m.Metadata.Get(idKey) == "" {
+			m.Metadata.Set(idKey, m.UUID)
+		}
+	}
+}
+
+type ctxKey int
+
+const (
+	txKey ctxKey = iota
+	eventIDKey
+	viewKey
+)
+
+// withOwnView returns ctx with the view of tx that the handler of a message that goes alone gets in batch mode
+// (batch.AloneView), when the adapter gives views, and h made to end the view when it returns.
+func withOwnView(ctx context.Context, tx driver.Tx, h message.HandlerFunc) (context.Context, message.HandlerFunc) {
+	v := batch.NewAloneView(tx)
+	if v == nil {
+		return ctx, h
+	}
+	return context.WithValue(ctx, viewKey, v), func(msg *message.Message) ([]*message.Message, error) {
+		defer v.End()
+		return h(msg)
+	}
+}
+
+func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {
+	return context.WithValue(context.WithValue(ctx, txKey, tx), eventIDKey, eventID)
+}
+
+// beginHandlerTx begins the transaction a handler runs in: one that gives each handler a view of its own
+// (driver.SharedPool) when shared is set or the server can end a transaction under a failed statement
+// (dialect.TxEnder), and a plain one otherwise; pgx's plain one gives views too (driver.Pipeliner). viewed
+// reports that the handler is to get a view (batch.NewAloneView).
+func (d *Database) beginHandlerTx(ctx context.Context, shared bool) (tx driver.Tx, viewed bool, err error) {
+	var opts driver.TxOptions
+	if d.ender != nil {
+		if opts.Ends, err = d.endsTx(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	if d.shared != nil && (shared || opts.Ends != nil) {
+		tx, err := d.shared.BeginShared(ctx, opts)
+		return tx, true, err
+	}
+	tx, err = d.pool.Begin(ctx, opts)
+	return tx, shared, err
+}
+
+// endsTx returns the dialect's test of the errors that end a transaction under a statement, asking the server
+// once per Database; a failed ask is asked again by the next transaction.
+func (d *Database) endsTx(ctx context.Context) (func(error) bool, error) {
+	if ends := d.ends.Load(); ends != nil {
+		return *ends, nil
+	}
+	tx, err := d.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	ends, err := d.ender.EndsTx(ctx, tx)
+	_ = tx.Rollback(ctx) // it only read
+	if err != nil {
+		return nil, err
+	}
+	d.ends.Store(&ends)
+	return ends, nil
+}

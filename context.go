@@ -4,36 +4,9 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
 )
-
-type ctxKey int
-
-const (
-	txKey ctxKey = iota
-	eventIDKey
-	viewKey
-)
-
-// withOwnView returns ctx with the view of tx that the handler of a message that goes alone gets in batch mode
-// (batch.AloneView), when the adapter gives views, and h made to end the view when it returns.
-func withOwnView(ctx context.Context, tx driver.Tx, h message.HandlerFunc) (context.Context, message.HandlerFunc) {
-	v := batch.NewAloneView(tx)
-	if v == nil {
-		return ctx, h
-	}
-	return context.WithValue(ctx, viewKey, v), func(msg *message.Message) ([]*message.Message, error) {
-		defer v.End()
-		return h(msg)
-	}
-}
-
-func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {
-	return context.WithValue(context.WithValue(ctx, txKey, tx), eventIDKey, eventID)
-}
 
 // TxFromContext returns the transaction that holds this message's inbox row. A handler running under the
 // middleware does its side effect on it, so that the effect and the row commit together.

@@ -67,16 +67,6 @@ func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *D
 // pgxinbox.SQLv4Joiner: its package compiles pgx into every program that imports it.
 func OnSQL(db *sql.DB) *Database { return On(driver.StdSQL(db), SQLv3Joiner()) }
 
-// joined returns the subscriber transaction in ctx that the inbox should join, if any.
-func (d *Database) joined(ctx context.Context) (driver.Tx, bool) {
-	for _, j := range d.joiners {
-		if tx, ok := j.Joined(ctx); ok {
-			return tx, true
-		}
-	}
-	return nil, false
-}
-
 // location returns where the pool reaches, as the dialect's Locator describes it: asked once, and again when
 // fresh (a server that restarted describes itself anew).
 func (d *Database) location(ctx context.Context, loc dialect.Locator, fresh bool) (string, error) {
@@ -123,44 +113,6 @@ func (d *Database) check(op string) error {
 	}
 	d.serverOK.Store(true)
 	return nil
-}
-
-// beginHandlerTx begins the transaction a handler runs in: one that gives each handler a view of its own
-// (driver.SharedPool) when shared is set or the server can end a transaction under a failed statement
-// (dialect.TxEnder), and a plain one otherwise; pgx's plain one gives views too (driver.Pipeliner). viewed
-// reports that the handler is to get a view (batch.NewAloneView).
-func (d *Database) beginHandlerTx(ctx context.Context, shared bool) (tx driver.Tx, viewed bool, err error) {
-	var opts driver.TxOptions
-	if d.ender != nil {
-		if opts.Ends, err = d.endsTx(ctx); err != nil {
-			return nil, false, err
-		}
-	}
-	if d.shared != nil && (shared || opts.Ends != nil) {
-		tx, err := d.shared.BeginShared(ctx, opts)
-		return tx, true, err
-	}
-	tx, err = d.pool.Begin(ctx, opts)
-	return tx, shared, err
-}
-
-// endsTx returns the dialect's test of the errors that end a transaction under a statement, asking the server
-// once per Database; a failed ask is asked again by the next transaction.
-func (d *Database) endsTx(ctx context.Context) (func(error) bool, error) {
-	if ends := d.ends.Load(); ends != nil {
-		return *ends, nil
-	}
-	tx, err := d.pool.Begin(ctx, driver.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	ends, err := d.ender.EndsTx(ctx, tx)
-	_ = tx.Rollback(ctx) // it only read
-	if err != nil {
-		return nil, err
-	}
-	d.ends.Store(&ends)
-	return ends, nil
 }
 
 // checkServer asks the server which kind it is when the pool could not tell (check), once per Database: before

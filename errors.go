@@ -142,3 +142,8 @@ var (
 	// ConsumerMemory.Covers let you check for it yourself.
 	ErrShortMemory = errors.New("inbox: remembers less than the redelivery window")
 )
+
+// unusable carries why a message can never be applied, from apply to settle.
+type unusable struct{ error }
+
+func (u unusable) Unwrap() error { return u.error }

@@ -2,9 +2,11 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
@@ -30,23 +32,6 @@ func (i *core) ready(msg *message.Message) error {
 		return nil
 	}
 	return i.holdBack(msg, err)
-}
-
-// holdBack logs why the inbox cannot apply any message now and returns err after the reject delay, so that the
-// message is nacked without spinning: for a schema or configuration fault, which no dead-letter topic should get.
-func (i *core) holdBack(msg *message.Message, err error) error {
-	ctx := msg.Context()
-	if ctx.Err() != nil {
-		return err
-	}
-	i.cfg.logger.Error("Inbox cannot apply messages; nacking after the reject delay", err,
-		watermill.LogFields{"message_uuid": msg.UUID, "table": i.cfg.table, "handler": message.HandlerNameFromCtx(ctx)})
-	consumer := i.cfg.consumer
-	if consumer == "" {
-		consumer = message.HandlerNameFromCtx(ctx)
-	}
-	i.nacked(msg, consumer, holdBackReason(err), err)
-	return sleepThen(ctx, i.cfg.rejectDelay, err)
 }
 
 // checkHandlerName refuses a handler's name that cannot scope the inbox when no WithConsumer replaces it: the
@@ -126,3 +111,107 @@ func (i *core) storedIDType() IDType {
 	}
 	return i.cfg.idType
 }
+
+// checkSubscriberTx refuses a message that carries watermill-sql's subscriber transaction when no joiner of the
+// Database finds it and WithSubscriberTx(false) was not given. Applying it in a transaction of the inbox's own
+// would still apply it once, but would quietly break the one-commit promise the user may count on (the offset, the
+// row and the effect together), so the fault is reported, as a configuration's, until the user chooses.
+func (i *core) checkSubscriberTx(msg *message.Message) error {
+	if i.cfg.lease > 0 || (i.cfg.subscriberTxSet && !i.cfg.subscriberTx) {
+		return nil // lease mode never joins; the user chose not to
+	}
+	ctx := msg.Context()
+	handler := message.HandlerNameFromCtx(ctx)
+	carries, seen := i.subscriberTxs.carries.Load(handler)
+	if !seen {
+		carries, _ = i.subscriberTxs.carries.LoadOrStore(handler, carriesSQLSubscriberTx(ctx))
+	}
+	if !carries.(bool) {
+		return nil
+	}
+	if tx, ok := i.db.joined(ctx); ok {
+		return i.checkJoinedNative(tx, handler)
+	}
+	if joins, name := i.store.JoinsSubscriberTx(); !joins {
+		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction the %s inbox "+
+			"cannot join; give WithSubscriberTx(false) to apply its messages in a transaction of the inbox's own",
+			ErrInvalidOption, text.Quote(handler), name)
+	}
+	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, and the inbox has no joiner for its "+
+		"transaction: build the inbox with inbox.New or inbox.Middleware (watermill-sql v3 over database/sql), or "+
+		"give inbox.On the joiner of the subscriber's version (inbox.SQLv3Joiner, pgxinbox.SQLv4Joiner for v4), to "+
+		"apply each message in that transaction; or give WithSubscriberTx(false) to apply it in one of the inbox's "+
+		"own, for a subscriber that reads from another database than the inbox's",
+		ErrInvalidOption, text.Quote(handler))
+}
+
+// checkJoinedNative refuses a joined transaction that the handler cannot get as its client library's: watermill-sql
+// v4's subscriber over pgx under an inbox over database/sql, or over database/sql under an inbox over pgx. The
+// inbox's statements would run in it, but TxFromContext would find no transaction in every message, and a handler
+// that counts on one would panic on nil, or write its effect outside the transaction that holds the row. A pool that
+// does not tell its type (driver.NativeTyper) is let be.
+func (i *core) checkJoinedNative(tx driver.Tx, handler string) error {
+	nt := i.db.native
+	if nt == nil || nt.IsNative(tx.Native()) {
+		return nil
+	}
+	fix := "build the inbox with pgxinbox (pgxinbox.New, or pgxinbox.Database) over the pgx pool the subscriber " +
+		"uses, or the subscriber with watermill-sql's database/sql adapter (BeginnerFromStdSQL) over the inbox's *sql.DB"
+	if _, std := tx.Native().(*sql.Tx); std {
+		fix = "build the subscriber with watermill-sql's pgx adapter (BeginnerFromPgx) over the inbox's pool, or the " +
+			"inbox over database/sql: inbox.On(driver.StdSQL(db), pgxinbox.SQLv4Joiner()) with the subscriber's *sql.DB"
+	}
+	return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber through its adapter for another client "+
+		"library than the inbox's: the subscriber's transaction is a %T, and the inbox's handlers ask for a %s, so "+
+		"TxFromContext would find none; %s; or give WithSubscriberTx(false) to apply each message in a transaction "+
+		"of the inbox's own", ErrInvalidOption, text.Quote(handler), tx.Native(), nt.NativeType(), fix)
+}
+
+// checkJoinedDatabase refuses a joined transaction on another database than the inbox's pool reaches: a subscriber
+// that reads from another database, joined by default. The claim would find no inbox table there (or another
+// inbox's, whose rows the inbox's own operations never see), and the error would say to run Migrate, which ran. It
+// asks once per handler, in the savepoint of the message's attempt, so that a failure leaves the subscriber's
+// transaction usable; an answer that differs is checked again with the pool's asked anew, in case the server
+// restarted, and is not remembered. A dialect that cannot tell (dialect.Locator) is let be.
+func (i *core) checkJoinedDatabase(ctx context.Context, tx driver.Tx, handler string) error {
+	loc, ok := i.store.Locator()
+	if !ok {
+		return nil
+	}
+	if _, same := i.subscriberTxs.sameDatabase.Load(handler); same {
+		return nil
+	}
+	theirs, err := loc.Locate(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("inbox: check the database of the subscriber's transaction: %w", err)
+	}
+	ours, err := i.db.location(ctx, loc, false)
+	if err == nil && ours != theirs {
+		ours, err = i.db.location(ctx, loc, true)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: check the database of the inbox: %w", err)
+	}
+	if ours != theirs {
+		return fmt.Errorf("%w: handler %s reads from watermill-sql's subscriber, whose transaction is on another "+
+			"database than the inbox's (%s; the inbox's is %s), and the inbox joins that transaction by default: "+
+			"give WithSubscriberTx(false) to apply each message in a transaction of the inbox's own, on its database, "+
+			"or build the inbox over the subscriber's database", ErrInvalidOption, text.Quote(handler), theirs, ours)
+	}
+	i.subscriberTxs.sameDatabase.Store(handler, struct{}{})
+	return nil
+}
+
+// carriesSQLSubscriberTx reports whether ctx holds the transaction watermill-sql's subscriber (v3 or v4) puts in
+// a message's context. v3's is found through its own TxFromContext. v4's package is not imported here (it compiles
+// pgx into every program that imports it), so its subscriber is recognised by the name Watermill's router gives
+// it (message.SubscriberNameFromCtx): its type, sql.Subscriber, named before the router's decorators wrap it.
+func carriesSQLSubscriberTx(ctx context.Context) bool {
+	if _, ok := wsql.TxFromContext(ctx); ok {
+		return true
+	}
+	return message.SubscriberNameFromCtx(ctx) == sqlSubscriberName
+}
+
+// sqlSubscriberName is the name Watermill's router gives watermill-sql's subscriber, of v3 and v4 alike.
+const sqlSubscriberName = "sql.Subscriber"

@@ -142,3 +142,35 @@ const (
 	migratePause        = 50 * time.Millisecond
 	migratePauseCeiling = time.Second
 )
+
+// addFingerprint adds the fingerprint column to the table c names, in Migrate's transaction q, and checks it into r.
+func addFingerprint(ctx context.Context, d dialect.Dialect, q driver.Executor, c config, r *dialect.SchemaReport) error {
+	fp, ok := d.(dialect.Fingerprinter)
+	if !ok {
+		return fmt.Errorf("%w: WithFingerprint: the %s inbox cannot store fingerprints", ErrInvalidOption, d.Name())
+	}
+	if err := fp.AddFingerprint(ctx, q, c.table); err != nil {
+		return fmt.Errorf("add the fingerprint column to %s: %w", c.table, err)
+	}
+	return inspectFingerprint(ctx, d, q, c, r)
+}
+
+// inspectFingerprint adds to r what WithFingerprint needs of the table and it lacks: the fingerprint column, of
+// its type. A missing column is a whole object that Migrate adds, so the middleware adds it unless
+// WithAutoMigrate(false).
+func inspectFingerprint(ctx context.Context, d dialect.Dialect, q driver.Executor, c config, r *dialect.SchemaReport) error {
+	fp, ok := d.(dialect.Fingerprinter)
+	if c.fingerprint == nil || !ok || r.Missing {
+		return nil
+	}
+	present, problem, err := fp.FingerprintColumn(ctx, q, c.table)
+	switch {
+	case err != nil:
+		return fmt.Errorf("inbox: check the fingerprint column of %s: %w", c.table, err)
+	case !present:
+		r.Absent = append(r.Absent, "table "+c.table+": column fingerprint does not exist, and WithFingerprint needs it: run Migrate with WithFingerprint")
+	case problem != "":
+		r.Wrong = append(r.Wrong, problem)
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -27,9 +26,6 @@ func EndDelaysOnClose(sub message.Subscriber) (message.Subscriber, error) {
 	return closeAwareSubscriber{sub}, nil
 }
 
-// closingKey keys the channel that closes when the subscription that delivered a message ends.
-type closingKey struct{}
-
 // closeAwareSubscriber tags each message with the end of the subscription it came from.
 type closeAwareSubscriber struct{ message.Subscriber }
 
@@ -50,25 +46,4 @@ func (s closeAwareSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		}
 	}()
 	return out, nil
-}
-
-// closing returns the channel that closes when the subscription that delivered the message of ctx ends, or nil
-// (which never closes) when EndDelaysOnClose is not installed.
-func closing(ctx context.Context) <-chan struct{} {
-	c, _ := ctx.Value(closingKey{}).(<-chan struct{})
-	return c
-}
-
-// sleepThen waits d, or less if ctx ends first or the subscription that delivered its message ends (see
-// EndDelaysOnClose), and returns err: the delay belongs to the nack that err causes. Every wait of the middleware
-// goes through here, so that a closing router can end them all.
-func sleepThen(ctx context.Context, d time.Duration, err error) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	case <-closing(ctx):
-	}
-	return err
 }
