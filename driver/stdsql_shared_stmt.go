@@ -9,8 +9,79 @@ import (
 	"slices"
 )
 
-// The statements and results of a shared transaction's views (stdsql_shared.go): each takes the wire for its
+// The statements and results of a shared transaction's views (stdsql_shared_state.go): each takes the wire for its
 // round trip, and counts its errors as its view's.
+
+var (
+	_ sqldriver.ConnPrepareContext = (*viewConn)(nil)
+	_ sqldriver.ExecerContext      = (*viewConn)(nil)
+	_ sqldriver.QueryerContext     = (*viewConn)(nil)
+	_ sqldriver.NamedValueChecker  = (*viewConn)(nil)
+)
+
+func (c *viewConn) Prepare(query string) (sqldriver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+func (c *viewConn) PrepareContext(ctx context.Context, query string) (sqldriver.Stmt, error) {
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	if err := c.refused(); err != nil {
+		return nil, err
+	}
+	var st sqldriver.Stmt
+	var err error
+	if p, ok := c.s.dc.(sqldriver.ConnPrepareContext); ok {
+		st, err = p.PrepareContext(ctx, query)
+	} else {
+		st, err = c.s.dc.Prepare(query)
+	}
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return &viewStmt{Stmt: st, c: c}, nil
+}
+
+func (c *viewConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	e, ok := c.s.dc.(sqldriver.ExecerContext)
+	if !ok {
+		return nil, sqldriver.ErrSkip
+	}
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	if err := c.refused(); err != nil {
+		return nil, err
+	}
+	res, err := e.ExecContext(ctx, query, args)
+	return res, c.fail(err)
+}
+
+func (c *viewConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	q, ok := c.s.dc.(sqldriver.QueryerContext)
+	if !ok {
+		return nil, sqldriver.ErrSkip
+	}
+	c.s.wire.Lock()
+	defer c.s.wire.Unlock()
+	if err := c.refused(); err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, query, args)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return c.opened(rows), nil
+}
+
+func (c *viewConn) CheckNamedValue(nv *sqldriver.NamedValue) error {
+	if n, ok := c.s.dc.(sqldriver.NamedValueChecker); ok {
+		return n.CheckNamedValue(nv)
+	}
+	return sqldriver.ErrSkip
+}
+
+// Close leaves dc open: the shared transaction gives it back to database/sql's pool.
+func (c *viewConn) Close() error { return nil }
 
 // viewStmt is a statement prepared on dc, whose errors count as its view's.
 type viewStmt struct {
@@ -106,14 +177,6 @@ func namedValues(args []sqldriver.NamedValue) ([]sqldriver.Value, error) {
 	return values, nil
 }
 
-// viewRows are the rows of a view's query, whose error while reading counts as its view's. The column type
-// interfaces are passed on when the driver's rows have them.
-type viewRows struct {
-	sqldriver.Rows
-	c      *viewConn
-	closed bool // guarded by the wire
-}
-
 func (r *viewRows) Close() error {
 	r.c.s.wire.Lock()
 	defer r.c.s.wire.Unlock()
@@ -126,15 +189,6 @@ func (r *viewRows) Close() error {
 		r.c.v.mu.Unlock()
 	}
 	return r.closeDriver()
-}
-
-// closeDriver closes the driver's rows once; called with the wire held.
-func (r *viewRows) closeDriver() error {
-	if r.closed {
-		return nil
-	}
-	r.closed = true
-	return r.Rows.Close()
 }
 
 func (r *viewRows) Next(dest []sqldriver.Value) error {
