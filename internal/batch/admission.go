@@ -1,56 +1,20 @@
 package batch
 
 import (
+	"context"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// Admission: which messages go alone, which wait, and when a batch begins with which of them.
-
-// queue forms the batches of one consumer from the messages that wait for one.
-type queue struct {
-	e        *Engine
-	consumer string
-
-	mu      sync.Mutex
-	pending []*member // in no batch yet, oldest first
-	running int       // batches (and lone messages) whose handlers have not all returned
-	// Batches whose members may use the connection (at most WithBatchConcurrency), and those that wait for that
-	// turn, oldest first. See startReady.
-	using   int
-	gated   []*batch
-	forming bool // a batch is claiming its messages: the messages that arrive meanwhile go in the next
-	// alone is the ID of the lone message that runs (takeAlone), if one does. Its copies wait for it to end: a
-	// batch that claimed one first would hold the row the lone message's claim waits for, while it waits for the
-	// turn the lone message holds, and neither would ever go on. IDs are never empty.
-	alone  string
-	held   bool // no batch begins (tests hold the queue to gather a batch)
-	timer  *time.Timer
-	timerN int  // which arming of the timer is current, so that a stale firing does nothing
-	waited bool // the current wait to fill a batch is over
-	// lead is how long members' handlers have been working before their first use of the transaction (or
-	// before they returned without one), averaged over the recent members, in nanoseconds; 0 until one is known.
-	// See startReady.
-	lead atomic.Int64
-	// inFlight counts the consumer's messages in the inbox, from Apply's start to its return; recent is
-	// how many were there when the last batch's handlers had all returned, before its commit. See startReady.
-	inFlight atomic.Int32
-	recent   int
-}
-
-// learn folds into lead how long one member's handler worked before it used the transaction.
-func (q *queue) learn(d time.Duration) {
-	d = max(d, 1)
-	old := q.lead.Load()
-	if old != 0 {
-		d = time.Duration(old) + (d-time.Duration(old))/4
-	}
-	q.lead.Store(int64(d)) // a store lost to another member's costs one sample of an average
-}
+// A consumer's queue: admission (which messages go alone, which wait, and when a batch begins with which of
+// them), the turns its batches take on the database, and a batch's run. They share a file since they call one
+// another: admission begins a batch's run and gives out turns, and a run that forms or ends, or a turn that passes,
+// lets admission begin the next batch.
 
 func (q *queue) add(m *member) {
 	q.mu.Lock()
@@ -233,4 +197,221 @@ func (e *Engine) batchesAhead() int {
 		return batchesAhead
 	}
 	return min(batchesAhead, max(0, limited.MaxConns()-e.cfg.Concurrency-2))
+}
+
+// Turn-taking: the batches of a consumer take turns on the database, WithBatchConcurrency at a time, in the order
+// they began, so that they do not take row locks at the same time; a turn passes when its holder ends, or earlier
+// past turnBound. A batch's members then take its one connection one at a time (member.go), or in a line
+// (pipeline.go).
+
+// minTurnBound is the least time a batch or a lone message holds the consumer's turn on the connection before
+// the next batch may use the database beside it (see turnBound).
+const minTurnBound = 10 * time.Millisecond
+
+// turnBound is how long a batch or a lone message holds the turn before the next batch that waits for it may be
+// let in beside it: minTurnBound, or four times the handlers' usual work before their first statement (lead) when
+// that is longer. The turn keeps batches from taking row locks at the same time, but a holder is done with it
+// only when its last handler returns: one handler that works for seconds before it writes (a slow call out, a
+// retry's backoff) would hold up every message of the consumer, where per-message mode holds up only its own.
+//
+// Past the bound a batch gives the turn up once none of its members uses or waits for the connection while some
+// still work: such a handler then holds up only its own batch's acks. A batch whose members take the connection one
+// after another (database/sql's drivers, handlers that wait for a hot row) keeps it. Giving it up at the bound
+// regardless let the next batches meet its row locks, and on hot rows batch mode collapsed in deadlocks (the
+// harness's hot-row throughput; docs/results/performance.md has the figures). A lone message's use of its
+// transaction is not seen, and it gives the turn up at the bound. A batch let in beside a straggler's may meet the
+// locks that batch holds, and PostgreSQL breaks a cycle after deadlock_timeout by failing one statement, whose
+// message is nacked, as with WithBatchConcurrency above 1.
+func (q *queue) turnBound() time.Duration {
+	return max(minTurnBound, 4*time.Duration(q.lead.Load()))
+}
+
+// hold starts the bound of a turn that b (nil for a lone message) takes now. Past the bound a lone message gives
+// it up at once, and a batch as soon as no member of it uses or waits for the connection: at once, or when the
+// last such member releases it (released). Called with mu held.
+func (q *queue) hold(b *batch) *heldTurn {
+	t := &heldTurn{}
+	t.timer = time.AfterFunc(q.turnBound(), func() {
+		if b != nil {
+			b.late.Store(true)
+			if b.asked.Load() > 0 {
+				return // released gives it up: it reads late after its own count, as this reads asked after late
+			}
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.giveUp(t)
+		q.startReady()
+	})
+	return t
+}
+
+// giveUp passes the turn t, unless it was passed before. Called with mu held.
+func (q *queue) giveUp(t *heldTurn) {
+	if t.passed {
+		return
+	}
+	t.passed = true
+	t.timer.Stop()
+	q.passTurn()
+}
+
+// passTurn gives up a turn on the connection, to the oldest batch that waits for one. Called with mu held.
+func (q *queue) passTurn() {
+	q.using--
+	if len(q.gated) > 0 {
+		next := q.gated[0]
+		q.gated = slices.Delete(q.gated, 0, 1)
+		q.using++
+		next.admit()
+	}
+}
+
+// admit lets the members of b use the connection. Called with the queue's mu held.
+//
+// Its first pipeline waits for the members that waited for the turn (see send), and when the handlers reach the
+// transaction within the batch wait (lead), for every member, up to the batch wait: a batch often gets the turn
+// while its handlers still work, and the members that reach the connection after the first would otherwise go in a
+// second pipeline, a round trip more; now one carries them all (BenchmarkRouterBatch at 64 in flight;
+// docs/results/performance.md has the figures).
+func (b *batch) admit() {
+	b.admitted, b.turnHeld = true, b.q.hold(b)
+	b.gather = int(b.atTurn.Load()) // the members that finished without it count themselves in too (arrive)
+	if wait := b.e.cfg.Wait; b.pipe != nil && wait > 0 && time.Duration(b.q.lead.Load()) <= wait {
+		b.gather, b.gatherBy = b.members, time.Now().Add(wait)
+	}
+	close(b.ready)
+}
+
+// released counts a member off the connection, once it freed it; the last one of a batch that has held its turn
+// for turnBound gives the turn up, since the members still working have not asked for the connection (see hold).
+func (b *batch) released() {
+	if b.asked.Add(-1) == 0 && b.late.Load() {
+		b.q.mu.Lock()
+		defer b.q.mu.Unlock()
+		b.q.giveUp(b.turnHeld)
+		b.q.startReady()
+	}
+}
+
+// A batch's run: begin, claim, wait for the handlers, commit once, and tell the members.
+
+// run begins the batch's transaction, claims its members' IDs, waits for their handlers, and commits. The slot
+// frees when the last handler is done, before the commit: the next batch forms and begins while this one commits.
+// That cannot deadlock, since a committing batch waits for no lock: the next batch may wait for this one's rows and
+// claims (a copy of an ID it claimed then finds the row there, and goes on as a duplicate), never the reverse.
+func (q *queue) run(members []*member) {
+	formed, slotHeld := false, true
+	defer func() {
+		if !formed {
+			q.formed(nil)
+		}
+		if slotHeld {
+			q.ended(nil)
+		}
+	}()
+	e := q.e
+	ctx := context.WithoutCancel(members[0].ctx)
+	goAlone := func(ms []*member) {
+		for _, m := range ms {
+			m.turn <- nil
+		}
+	}
+	tx, err := e.cfg.Begin(ctx)
+	if err != nil {
+		goAlone(members) // each finds out for itself, and is nacked with its own error
+		return
+	}
+	slices.SortFunc(members, func(a, b *member) int { return strings.Compare(a.id, b.id) })
+	ids := make([]string, len(members))
+	for n, m := range members {
+		ids[n] = m.id
+	}
+	claimed, err := e.cfg.Store.ClaimBatch(ctx, tx, q.consumer, ids)
+	if err != nil {
+		e.cfg.Logger.Debug("Inbox batch claim failed; its messages go on one by one", watermill.LogFields{
+			"consumer": q.consumer, "messages": len(members), "error": err.Error()})
+		_ = tx.Rollback(ctx)
+		goAlone(members)
+		return
+	}
+	owned := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		owned[id] = true
+	}
+	if len(claimed) < len(members) {
+		if err := q.readFinished(ctx, tx, members, owned); err != nil {
+			e.cfg.Logger.Debug("Inbox batch could not read the rows its claim found; its messages go on one by one",
+				watermill.LogFields{"consumer": q.consumer, "messages": len(members), "error": err.Error()})
+			_ = tx.Rollback(ctx)
+			goAlone(members)
+			return
+		}
+	}
+	b := &batch{e: e, store: e.cfg.Store, q: q, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), members: len(claimed), solo: len(claimed) == 1,
+		done: make(chan struct{}), ready: make(chan struct{})}
+	if p, ok := tx.(driver.Pipeliner); ok && !b.solo {
+		b.pipe = p
+	}
+	b.shared, _ = tx.(driver.SharedTx)
+	if len(claimed) == 0 {
+		_ = tx.Rollback(ctx)
+		goAlone(members)
+		return
+	}
+	formed = true
+	q.formed(b)
+	for _, m := range members {
+		if owned[m.id] {
+			m.turn <- b
+		} else {
+			m.turn <- nil // its row was there: a duplicate, or a row lease mode holds
+		}
+	}
+	<-b.done
+	slotHeld = false
+	q.ended(b)
+	b.end()
+}
+
+// readFinished reads, in the batch's transaction, the rows that its claim found there already (those of the
+// members not owned), and gives each member whose row is finished that row, so that it ends without a transaction
+// of its own: alone, a copy would begin one, claim again, read its row and roll back, three round trips, where a
+// burst of copies after a rebalance or a crash costs the batch this one statement. A row in another state (one that
+// lease mode holds or left) goes on alone, as does every member when the database cannot read many rows at once.
+// An error leaves the transaction unusable: the caller rolls it back.
+func (q *queue) readFinished(ctx context.Context, tx driver.Tx, members []*member, owned map[string]bool) error {
+	ids := make([]string, 0, len(members)-len(owned))
+	for _, m := range members {
+		if !owned[m.id] {
+			ids = append(ids, m.id)
+		}
+	}
+	rows, ok, err := q.e.cfg.Store.ReadFinished(ctx, tx, q.consumer, ids)
+	if !ok || err != nil {
+		return err
+	}
+	for _, m := range members {
+		if row, found := rows[m.id]; found { // only unowned IDs were read
+			m.row = &row
+		}
+	}
+	return nil
+}
+
+// end commits the batch once every handler has finished, and tells the members that succeeded how it went.
+func (b *batch) end() {
+	out := commitOutcome{start: time.Now()}
+	switch {
+	case b.broken != nil:
+		out.err = b.broken
+		_ = b.tx.Rollback(b.ctx)
+	case len(b.ok) == 0:
+		_ = b.tx.Rollback(b.ctx) // every handler failed: nothing to commit
+	default:
+		out.err = b.tx.Commit(b.ctx)
+	}
+	for _, m := range b.ok {
+		m.outcome <- out
+	}
 }

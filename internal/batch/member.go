@@ -3,7 +3,6 @@ package batch
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -13,37 +12,6 @@ import (
 
 // A member's view of the batch's transaction: what its handler finds in its context, the savepoint that lets its
 // part roll back alone, and its hold on the batch's one connection.
-
-// memberTx is a member's view of the batch's transaction, in its handler's context: the first use takes the
-// connection and sets the member's savepoint, so that the handler's time before it overlaps the others'.
-type memberTx struct {
-	b         *batch
-	start     time.Time // the handler's start
-	once      sync.Once
-	savepoint bool  // set: its effect can be rolled back alone
-	deferred  bool  // the savepoint waits to go with the member's first statement (see driver.Deferrer)
-	err       error // setting it failed
-	untouched bool  // the member finished without taking the connection
-
-	vmu      sync.Mutex // guards view and returned, which a goroutine of the handler's may reach after it returned
-	returned bool       // the handler returned (end): its view refuses every statement
-
-	// In a batch with a pipe: pipelined is set when the member's first statement went in a pipeline; the other
-	// fields are the line's (guarded by its mu).
-	pipelined bool
-	view      driver.View // the native transaction its handler gets, when the batch's transaction gives views
-	seat      int         // names the savepoint of its pipelined statement
-	wake      chan struct{}
-	sql       string // its first statement, while it waits in the line's queue
-	args      []any
-	alone     bool // it waits in the queue to have the connection to itself, not to pipeline a statement
-	sends     bool // it is to send the next pipeline
-	ran       bool // its savepoint and statement ran (spSet: the savepoint is there), with res and resErr
-	spSet     bool
-	res       any
-	resErr    error
-	told      bool // it heads the line and has its answer
-}
 
 // deferring is a transaction whose statements without arguments are held back by its driver.Deferrer: the store's
 // savepoint statement, given this, waits for the member's first statement.
@@ -228,28 +196,6 @@ func (b *batch) acquire(t *memberTx) {
 	t.alone = true
 	l.join(t)
 	b.waitUntil(t, func() bool { return l.holder == t })
-}
-
-// release frees the connection once t's part is settled; with a pipe, t leaves the line and the next member heads it.
-// Its view is closed first, so that its handler, done, cannot use the transaction after it.
-func (b *batch) release(t *memberTx) {
-	defer b.released()
-	t.end()
-	if b.pipe == nil {
-		b.conn.Unlock()
-		return
-	}
-	l := &b.line
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.holder == t {
-		l.holder, l.busy = nil, false
-	}
-	l.order = slices.DeleteFunc(l.order, func(u *memberTx) bool { return u == t })
-	if l.failed == t {
-		l.failed = nil
-	}
-	l.next()
 }
 
 // AloneView is, in batch mode, what the handler of a message that goes alone gets from the inbox's TxFromContext

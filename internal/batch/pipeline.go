@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -32,31 +31,6 @@ import (
 //
 // A member whose handler never runs a statement takes no place in the line. The pipeline runs on the batch's
 // context, as its commit does: a member's own context does not cancel the statements of the others.
-
-// line orders the members of a pipelining batch on its connection.
-type line struct {
-	mu       sync.Mutex
-	order    []*memberTx // members whose statements ran or are running, in that order; the first is the head
-	queue    []*memberTx // members that wait to send their first statement or to take the connection, in order
-	busy     bool        // a pipeline is on the connection, or holder has it
-	holder   *memberTx   // the head, which has the connection to itself until it leaves the line
-	claimant *memberTx   // the head, waiting for a pipeline to end to take the connection
-	failed   *memberTx   // its pipelined statement failed: nothing is sent until it leaves the line
-	joined   int         // members that joined the queue, or finished without the connection (arrive)
-	gathered bool        // the batch's first pipeline went, or is going
-	gatherer *memberTx   // the sender of the first pipeline, while it waits for the members to gather
-	// serial: a head's later statement rolled back the members behind it. Its handlers are of the kind that runs
-	// more than one statement (or produces messages): the members now go one after another, each sent when the
-	// line is empty, so that the batch pays for that rollback, and the statements run again, once only.
-	serial bool
-
-	// What the sender of a pipeline hands the transaction, reused: only one pipeline is on the connection.
-	seats   []int
-	sqls    []string
-	args    [][]any
-	results []any
-	errs    []error
-}
 
 func (t *memberTx) signal() {
 	select {
