@@ -29,14 +29,9 @@ func (i *core) applyAtCommit(msg *message.Message, consumer, id string, h messag
 	if err != nil {
 		return nil, fmt.Errorf("inbox: begin %s/%s: %w", consumer, id, err)
 	}
-	cw, ok := tx.(driver.CommitWither)
-	if !ok { // New checked the pool; a transaction that cannot carry the claim goes the usual way
-		i.rollbackFailed(msg, consumer, id, "rollback", dialect.RollbackErr(tx.Rollback(ctx)))
-		return i.applyOwnObserved(msg, consumer, id, h, ob)
-	}
 
 	ob.claiming()
-	produced, ran, start, err := i.runThenClaim(msg, consumer, id, h, tx, cw, ob, claim, args)
+	produced, ran, start, err := i.runThenClaim(msg, consumer, id, h, tx, ob, claim, args)
 	if !ran {
 		i.rollbackFailed(msg, consumer, id, "rollback", dialect.RollbackErr(tx.Rollback(ctx)))
 		produced, err = i.applyOwnObserved(msg, consumer, id, h, ob)
@@ -46,10 +41,11 @@ func (i *core) applyAtCommit(msg *message.Message, consumer, id string, h messag
 	return commitEnded(ob, start, err, consumer, id, produced)
 }
 
-// runThenClaim runs h on tx, stores what it produced, and sends the claim with COMMIT. ran reports that the claim
-// was made, and err is then the COMMIT's; otherwise nothing committed, and a panic of h's is taken as a failure of
-// this attempt (the usual way runs h again, and lets a second panic through).
-func (i *core) runThenClaim(msg *message.Message, consumer, id string, h message.HandlerFunc, tx driver.Tx, cw driver.CommitWither,
+// runThenClaim runs h on tx, stores what it produced, and sends the claim with COMMIT, through the pool's
+// CommitWith (driver.TxCaps), which New checked the pool has. ran reports that the claim was made, and err is then
+// the COMMIT's; otherwise nothing committed, and a panic of h's is taken as a failure of this attempt (the usual way
+// runs h again, and lets a second panic through).
+func (i *core) runThenClaim(msg *message.Message, consumer, id string, h message.HandlerFunc, tx driver.Tx,
 	ob *observed, claim string, args []any) (produced []*message.Message, ran bool, start time.Time, err error) {
 	ctx := msg.Context()
 	defer func() {
@@ -71,6 +67,6 @@ func (i *core) runThenClaim(msg *message.Message, consumer, id string, h message
 		return nil, false, start, err
 	}
 	start = time.Now()
-	ran, err = cw.CommitWith(ctx, claim, args...)
+	ran, err = i.db.caps.CommitWith(ctx, tx, claim, args...)
 	return produced, ran, start, err
 }

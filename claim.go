@@ -338,9 +338,10 @@ const (
 )
 
 // withOwnView returns ctx with the view of tx that the handler of a message that goes alone gets in batch mode
-// (batch.AloneView), when the adapter gives views, and h made to end the view when it returns.
-func withOwnView(ctx context.Context, tx driver.Tx, h message.HandlerFunc) (context.Context, message.HandlerFunc) {
-	v := batch.NewAloneView(tx)
+// (batch.AloneView), when the adapter gives views (caps, the Database's), and h made to end the view when it
+// returns.
+func withOwnView(ctx context.Context, caps *driver.TxCaps, tx driver.Tx, h message.HandlerFunc) (context.Context, message.HandlerFunc) {
+	v := batch.NewAloneView(caps, tx)
 	if v == nil {
 		return ctx, h
 	}
@@ -356,7 +357,7 @@ func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Contex
 
 // beginHandlerTx begins the transaction a handler runs in: one that gives each handler a view of its own
 // (driver.SharedPool) when shared is set or the server can end a transaction under a failed statement
-// (dialect.TxEnder), and a plain one otherwise; pgx's plain one gives views too (driver.Pipeliner). viewed
+// (dialect.TxEnder), and a plain one otherwise; pgx's plain one gives views too (driver.TxCaps.MemberView). viewed
 // reports that the handler is to get a view (batch.NewAloneView).
 func (d *Database) beginHandlerTx(ctx context.Context, shared bool) (tx driver.Tx, viewed bool, err error) {
 	var opts driver.TxOptions

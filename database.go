@@ -24,13 +24,16 @@ type Database struct {
 	schema  dialect.Schema // the dialect's, asked for once by OnDialect
 	pool    driver.Pool
 	joiners []driver.Joiner
-	// ender, shared and native are what the dialect and the pool can do beyond their interfaces, found once by
-	// OnDialect: ender tells the errors that end a transaction under a statement (nil: none do), shared begins
-	// transactions that give each handler a view of its own (nil: the pool's are plain), and native names the
-	// type of the transactions the pool's handlers get (nil: it cannot tell).
+	// ender, shared, native and caps are what the dialect and the pool can do beyond their interfaces, found once
+	// by OnDialect: ender tells the errors that end a transaction under a statement (nil: none do), shared begins
+	// transactions that give each handler a view of its own (nil: the pool's are plain), native names the type of
+	// the transactions the pool's handlers get (nil: it cannot tell), and caps is what the pool's transactions can
+	// do beyond driver.Tx (driver.TxCapser; View only for a SharedPool, whose BeginShared begins those that have
+	// views).
 	ender  dialect.TxEnder
 	shared driver.SharedPool
 	native driver.NativeTyper
+	caps   driver.TxCaps
 	// serverOK is set once the server is known to be one the dialect speaks, or cannot be told (checkServer).
 	serverOK atomic.Bool
 	// home is where the pool reaches, as the dialect's Locator describes it, once asked (location).
@@ -54,12 +57,19 @@ func OnDialect(d dialect.Dialect, pool driver.Pool, joiners ...driver.Joiner) *D
 	ender, _ := d.(dialect.TxEnder)
 	shared, _ := pool.(driver.SharedPool)
 	native, _ := pool.(driver.NativeTyper)
+	var caps driver.TxCaps
+	if c, ok := pool.(driver.TxCapser); ok {
+		caps = c.TxCaps()
+	}
+	if shared == nil {
+		caps.View = nil
+	}
 	var schema dialect.Schema
 	if d != nil {
 		schema = d.Schema()
 	}
 	return &Database{dialect: d, schema: schema, pool: pool, joiners: joiners, ender: ender, shared: shared,
-		native: native}
+		native: native, caps: caps}
 }
 
 // OnSQL returns the PostgreSQL Database that db reaches through database/sql (lib/pq, or pgx's stdlib driver),

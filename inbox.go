@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/effectively-once/watermill-inbox/dialect"
-	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/readiness"
 	"github.com/effectively-once/watermill-inbox/internal/store"
 )
@@ -55,9 +54,8 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 }
 
 // claimsAtCommit reports whether d's transactions can send the claim with COMMIT: its dialect writes the claim as
-// a plain INSERT, and its pool's transactions send a statement with their COMMIT.
+// a plain INSERT, and its pool's transactions send a statement with their COMMIT (driver.TxCaps.CommitWith).
 func claimsAtCommit(d *Database) bool {
 	_, claimer := d.dialect.(dialect.AtCommitClaimer)
-	p, ok := d.pool.(driver.CommitWithPool)
-	return claimer && ok && p.CommitsWith()
+	return claimer && d.caps.CommitWith != nil
 }

@@ -50,7 +50,7 @@ func (i *core) applyOwnOnce(msg *message.Message, consumer, id string, h message
 	}
 	if viewed {
 		var viewCtx context.Context
-		viewCtx, h = withOwnView(ctx, tx, refusingStmtsOfAnotherDB(h))
+		viewCtx, h = withOwnView(ctx, &i.db.caps, tx, refusingStmtsOfAnotherDB(h))
 		msg.SetContext(viewCtx)
 		defer msg.SetContext(ctx)
 	}

@@ -31,7 +31,7 @@ var ErrTxShared = errors.New("inbox: the transaction is the inbox's (in batch mo
 var ErrHandlerReturned = errors.New("inbox: the handler of this message has returned, and its batch transaction " +
 	"refuses the statements of goroutines that outlive it: finish the handler's writes before it returns")
 
-// ErrTxEnded is what every statement, and Commit, returns on a shared transaction (SharedTx) once a statement's
+// ErrTxEnded is what every statement, and Commit, returns on a shared transaction (SharedPool) once a statement's
 // error told that the server ended the transaction under it and went on in autocommit: MySQL and MariaDB roll a
 // transaction back on a deadlock, and on a lock-wait timeout with innodb_rollback_on_timeout (TxOptions.Ends).
 // The inbox's claim went with it, and a statement that ran now would commit on its own, outside any transaction.
@@ -94,21 +94,6 @@ type Pool interface {
 	Begin(ctx context.Context, opts TxOptions) (Tx, error)
 }
 
-// CommitWither is implemented by a Tx that can send one last statement in the round trip of its COMMIT (pgxinbox's,
-// which pipelines them). The inbox's claim at commit (WithClaimAtCommit) needs it.
-type CommitWither interface {
-	// CommitWith runs query with args and then commits, the two in one round trip. ran reports that query
-	// succeeded, and err is then COMMIT's error: nil when the transaction committed. When query fails, ran is
-	// false, err is query's error, the COMMIT did not run, and the transaction is still to be rolled back; a
-	// connection lost on the way leaves both unknown, ran false.
-	CommitWith(ctx context.Context, query string, args ...any) (ran bool, err error)
-}
-
-// CommitWithPool is implemented by a Pool that can tell whether the transactions it begins are CommitWithers.
-type CommitWithPool interface {
-	CommitsWith() bool
-}
-
 // Joiner finds, in a message's context, a transaction that a subscriber opened and will commit itself (watermill-sql's
 // subscribers do), for the inbox to join instead of beginning its own.
 type Joiner interface {
@@ -140,42 +125,55 @@ type PoolLimit interface {
 	MaxConns() int
 }
 
-// Deferrer is implemented by a Tx that can hold a statement back and send it with its next one, in one round trip
-// (pgxinbox's). A batch member's savepoint goes that way: it costs no round trip of its own, and none at all when
-// the member runs no statement.
-type Deferrer interface {
-	// DeferExec holds query, a statement without arguments, back until the next statement.
-	DeferExec(query string)
-	// EndDeferred reports whether the held-back statement ran and how; one still held back is dropped.
-	EndDeferred() (ran bool, err error)
-}
-
-// Pipeliner is implemented by a Tx that runs several batch members' first statements in one round trip, each after
-// a savepoint of its own (pgxinbox's), and gives each member's handler a View of its own.
-type Pipeliner interface {
-	// ExecPipelined runs, in one round trip and in order, for each k a savepoint named after seats[k] and then
-	// sqls[k] with args[k]; it sets results[k] and errs[k] to the statement's outcome, and returns how many
-	// savepoints were set: after a statement that fails nothing more runs, so that one's is the last. An error of
-	// its own means that the transaction can no longer be trusted.
-	ExecPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error)
-	// RollbackToSeat rolls back to the newest savepoint ExecPipelined set for seat.
-	RollbackToSeat(ctx context.Context, seat int) error
-	// MemberView returns the view a member's handler gets. Its statements with arguments call first, which runs
-	// one (ran) when it is the member's first; every other use calls take first.
-	MemberView(first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) View
-}
-
 // SharedPool is implemented by a Pool that can begin a transaction whose handlers' views refuse Commit and
-// Rollback (batch mode's): the adapter over database/sql can.
+// Rollback (batch mode's): the adapter over database/sql can. Its TxCaps' View gives a handler its view of a
+// transaction that BeginShared began.
 type SharedPool interface {
-	BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error)
+	BeginShared(ctx context.Context, opts TxOptions) (Tx, error)
 }
 
-// SharedTx is a transaction shared by several handlers, each through a View of its own.
-type SharedTx interface {
-	Tx
-	// View returns a new view of the transaction for one handler. The transaction closes its views when it ends.
-	View(ctx context.Context) (View, error)
+// TxCapser is implemented by a Pool whose transactions can do more than Tx: pgxinbox's send a statement with their
+// COMMIT, hold a statement back for the next one, and pipeline batch members' first statements; database/sql's
+// shared ones (SharedPool) give each handler a view of its own. The inbox asks once, when it is built, and from
+// then on calls the functions of the TxCaps on the pool's transactions.
+type TxCapser interface {
+	TxCaps() TxCaps
+}
+
+// TxCaps is what the transactions a pool begins can do beyond Tx. Each function takes a transaction the pool
+// began, and is nil when the pool's transactions cannot do it. The inbox uses DeferExec and EndDeferred only when
+// both are set, and ExecPipelined, RollbackToSeat and MemberView only when all three are.
+type TxCaps struct {
+	// CommitWith runs query with args in tx and then commits, the two in one round trip. The inbox's claim at
+	// commit (WithClaimAtCommit) needs it. ran reports that query succeeded, and err is then COMMIT's error: nil
+	// when the transaction committed. When query fails, ran is false, err is query's error, the COMMIT did not
+	// run, and the transaction is still to be rolled back; a connection lost on the way leaves both unknown, ran
+	// false.
+	CommitWith func(ctx context.Context, tx Tx, query string, args ...any) (ran bool, err error)
+
+	// DeferExec holds query, a statement without arguments, back until tx's next statement, to go in one round
+	// trip with it. A batch member's savepoint goes that way: it costs no round trip of its own, and none at all
+	// when the member runs no statement.
+	DeferExec func(tx Tx, query string)
+	// EndDeferred reports whether the statement DeferExec held back in tx ran, and how; one still held back is
+	// dropped.
+	EndDeferred func(tx Tx) (ran bool, err error)
+
+	// ExecPipelined runs in tx, in one round trip and in order, for each k a savepoint named after seats[k] and
+	// then sqls[k] with args[k]: several batch members' first statements, each after a savepoint of its own. It
+	// sets results[k] and errs[k] to the statement's outcome, and returns how many savepoints were set: after a
+	// statement that fails nothing more runs, so that one's is the last. An error of its own means that the
+	// transaction can no longer be trusted.
+	ExecPipelined func(ctx context.Context, tx Tx, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error)
+	// RollbackToSeat rolls tx back to the newest savepoint ExecPipelined set for seat.
+	RollbackToSeat func(ctx context.Context, tx Tx, seat int) error
+	// MemberView returns the view of tx that a batch member's handler gets. Its statements with arguments call
+	// first, which runs one (ran) when it is the member's first; every other use calls take first.
+	MemberView func(tx Tx, first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) View
+
+	// View returns a new view of tx, a transaction that SharedPool's BeginShared began, for one handler. The
+	// transaction closes its views when it ends.
+	View func(ctx context.Context, tx Tx) (View, error)
 }
 
 // View is one handler's view of a transaction it shares (a batch member's).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 )
 
 // A shared transaction over database/sql is batch mode's, and every mode's on a server that can end a transaction
@@ -20,7 +21,7 @@ import (
 // another's statement on the wire.
 
 // BeginShared begins a shared transaction on a connection of p's (SharedPool).
-func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, error) {
+func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (Tx, error) {
 	if p.db == nil {
 		return nil, errNilDB
 	}
@@ -66,11 +67,27 @@ func (p stdPool) BeginShared(ctx context.Context, opts TxOptions) (SharedTx, err
 
 var (
 	_ SharedPool          = stdPool{}
+	_ TxCapser            = stdPool{}
 	_ PoolLimit           = stdPool{}
 	_ Identifier          = stdPool{}
-	_ SharedTx            = (*sharedTx)(nil)
 	_ sqldriver.Connector = (*sharedTx)(nil)
 )
+
+// TxCaps tells what p's transactions can do beyond Tx (TxCapser): those BeginShared begins give each handler a
+// view of its own.
+func (stdPool) TxCaps() TxCaps { return TxCaps{View: viewOf} }
+
+// errNotShared is what viewOf answers for a transaction that BeginShared did not begin.
+var errNotShared = errors.New("driver: a view is only of a transaction that BeginShared began")
+
+// viewOf is the View of a stdPool's TxCaps.
+func viewOf(ctx context.Context, tx Tx) (View, error) {
+	s, ok := tx.(*sharedTx)
+	if !ok {
+		return nil, errNotShared
+	}
+	return s.View(ctx)
+}
 
 func (s *sharedTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	return s.owner.Exec(ctx, query, args...)

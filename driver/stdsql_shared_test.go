@@ -10,9 +10,15 @@ import (
 	"time"
 )
 
+// viewOfShared returns a view of s, a transaction BeginShared began, as the inbox asks for one: through the pool's
+// TxCaps.
+func viewOfShared(ctx context.Context, s Tx) (View, error) {
+	return StdSQL(nil).(TxCapser).TxCaps().View(ctx, s)
+}
+
 // beginSharedWithRow creates a table of the test's own, begins a shared transaction on db with opts whose owner
 // inserts the row 1, and returns the table, the transaction and a view of it.
-func beginSharedWithRow(t *testing.T, db *sql.DB, opts TxOptions) (string, SharedTx, View) {
+func beginSharedWithRow(t *testing.T, db *sql.DB, opts TxOptions) (string, Tx, View) {
 	t.Helper()
 	ctx := context.Background()
 	table := fmt.Sprintf("driver_shared_%d", time.Now().UnixNano())
@@ -27,7 +33,7 @@ func beginSharedWithRow(t *testing.T, db *sql.DB, opts TxOptions) (string, Share
 	if _, err := s.Exec(ctx, `INSERT INTO `+table+` VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
-	v, err := s.View(ctx)
+	v, err := viewOfShared(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +60,7 @@ func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
 		t.Fatalf("no statement of the view failed: %v", v.Failed())
 	}
 
-	second, err := s.View(ctx)
+	second, err := viewOfShared(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +87,7 @@ func TestStdSQL_ASharedTransactionsViewsRunInItAndCannotEndIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err = s.View(ctx); err != nil {
+	if v, err = viewOfShared(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.Native().(*sql.Tx).ExecContext(ctx, `INSERT INTO `+table+` VALUES (3)`); err != nil {
@@ -167,7 +173,7 @@ func BenchmarkStdSQL_BeginShared(b *testing.B) {
 			tx, err := p.(SharedPool).BeginShared(ctx, TxOptions{})
 			var v View
 			if err == nil {
-				v, err = tx.View(ctx)
+				v, err = viewOfShared(ctx, tx)
 			}
 			if err == nil {
 				_, err = v.Native().(*sql.Tx).ExecContext(ctx, `SELECT 1`)
@@ -180,4 +186,18 @@ func BenchmarkStdSQL_BeginShared(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestStdSQL_OnlyASharedTransactionHasViews: the pool's TxCaps give a view of what BeginShared began, and refuse a
+// plain transaction of the pool's with an error instead of a view that would not refuse its Commit.
+func TestStdSQL_OnlyASharedTransactionHasViews(t *testing.T) {
+	ctx := context.Background()
+	tx, err := StdSQL(openLibpq(t)).Begin(ctx, TxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if v, err := viewOfShared(ctx, tx); v != nil || !errors.Is(err, errNotShared) {
+		t.Fatalf("a plain transaction's view: %v, %v", v, err)
+	}
 }

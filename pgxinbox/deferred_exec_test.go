@@ -12,11 +12,15 @@ import (
 	"github.com/effectively-once/watermill-inbox/pgxinbox"
 )
 
-// deferrer is what the inbox's batch mode asks of a transaction that can hold a statement back.
-type deferrer interface {
-	DeferExec(query string)
-	EndDeferred() (ran bool, err error)
+// deferrer is what the inbox's batch mode asks of a transaction that can hold a statement back: the functions of
+// its pool's TxCaps, on it.
+type deferrer struct {
+	caps driver.TxCaps
+	tx   driver.Tx
 }
+
+func (d deferrer) DeferExec(query string)             { d.caps.DeferExec(d.tx, query) }
+func (d deferrer) EndDeferred() (ran bool, err error) { return d.caps.EndDeferred(d.tx) }
 
 // executing counts the round trips that ran statements: not those that only prepared them (pgx's statement cache
 // prepares a statement new to the connection in a round trip of its own, once).
@@ -31,12 +35,15 @@ func TestDeferredExec(t *testing.T) {
 		var trips tripCounter
 		pool := openCountingPool(t, &trips, pgx.QueryExecModeCacheStatement)
 		b := newBundleOn(t, pool)
-		tx, err := pgxinbox.Pool(pool).Begin(ctx, driver.TxOptions{})
+		p := pgxinbox.Pool(pool)
+		tx, err := p.Begin(ctx, driver.TxOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(ctx) })
-		d, ok := tx.(deferrer)
-		require.True(t, ok, "the inbox's pgx transaction holds statements back")
-		return &trips, b, tx, d
+		capser, ok := p.(driver.TxCapser)
+		require.True(t, ok, "the inbox's pgx pool tells what its transactions can do")
+		caps := capser.TxCaps()
+		require.True(t, caps.DeferExec != nil && caps.EndDeferred != nil, "the inbox's pgx transaction holds statements back")
+		return &trips, b, tx, deferrer{caps, tx}
 	}
 
 	t.Run("AHeldBackStatementRidesWithTheNextInOneRoundTrip", func(t *testing.T) {

@@ -23,16 +23,13 @@ type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// The contracts of the inbox's batch mode and claim at commit that pgxinbox's pool and transaction keep: a method
-// renamed here fails the build instead of switching pipelining off.
+// The contracts of the inbox that pgxinbox's pool keeps: a method renamed here fails the build instead of switching
+// pipelining or the claim at commit off.
 var (
-	_ driver.PoolLimit      = pool{}
-	_ driver.CommitWithPool = pool{}
-	_ driver.Identifier     = pool{}
-	_ driver.NativeTyper    = pool{}
-	_ driver.Pipeliner      = (*deferredView)(nil)
-	_ driver.Deferrer       = (*deferredView)(nil)
-	_ driver.CommitWither   = (*deferredView)(nil)
+	_ driver.PoolLimit   = pool{}
+	_ driver.TxCapser    = pool{}
+	_ driver.Identifier  = pool{}
+	_ driver.NativeTyper = pool{}
 )
 
 // Pool returns the inbox's view of p: every transaction the inbox begins, it begins on p. Over a nil p (a nil
@@ -85,15 +82,45 @@ type pool struct {
 // MaxConns is the pool's limit of connections, for a *pgxpool.Pool; 0 (unknown) for anything else.
 func (p pool) MaxConns() int { return p.maxConns }
 
-// CommitsWith reports whether the transactions the inbox begins on p send a statement with their COMMIT
-// (driver.CommitWithPool): on a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn they do.
-func (p pool) CommitsWith() bool {
+// TxCaps tells what the transactions the inbox begins on p can do beyond driver.Tx (driver.TxCapser): on a
+// *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, which begin them as deferredTxs, they send a statement with their
+// COMMIT, hold a statement back for the next one, and pipeline batch members' first statements; any other
+// Beginner's do none of it.
+func (p pool) TxCaps() driver.TxCaps {
 	switch p.b.(type) {
 	case acquirer, *pgxpool.Conn, *pgx.Conn:
-		return true
+		return deferredCaps
 	}
-	return false
+	return driver.TxCaps{}
 }
+
+// deferredCaps are the TxCaps of the transactions that Begin begins as deferredTxs: each function takes one.
+var deferredCaps = driver.TxCaps{
+	// CommitWith runs query and commits, in one round trip (see deferredTx.commitWith).
+	CommitWith: func(ctx context.Context, tx driver.Tx, query string, args ...any) (bool, error) {
+		ran, err := deferredOf(tx).commitWith(ctx, query, args)
+		return ran, txDone(err)
+	},
+	// DeferExec holds query back until the transaction's next statement, to go in one round trip with it: the
+	// inbox sets a batch member's savepoint so (see deferredTx.deferExec).
+	DeferExec:   func(tx driver.Tx, query string) { deferredOf(tx).deferExec(query) },
+	EndDeferred: func(tx driver.Tx) (bool, error) { return deferredOf(tx).endDeferred() },
+	// ExecPipelined runs several batch members' first statements in one round trip, each after a savepoint of
+	// its own (see deferredTx.execPipelined).
+	ExecPipelined: func(ctx context.Context, tx driver.Tx, seats []int, sqls []string, args [][]any, results []any, errs []error) (int, error) {
+		return deferredOf(tx).execPipelined(ctx, seats, sqls, args, results, errs)
+	},
+	RollbackToSeat: func(ctx context.Context, tx driver.Tx, seat int) error {
+		return deferredOf(tx).rollbackToSeat(ctx, seat)
+	},
+	// MemberView returns the pgx.Tx of a batch member's handler, whose statements go through first and take.
+	MemberView: func(tx driver.Tx, first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) driver.View {
+		return &memberView{tx: deferredOf(tx), first: first, take: take}
+	},
+}
+
+// deferredOf returns the deferredTx of tx, a transaction that Begin began as one.
+func deferredOf(tx driver.Tx) *deferredTx { return tx.(*deferredView).tx() }
 
 // acquirer is what a pool of connections offers: *pgxpool.Pool.
 type acquirer interface {
@@ -195,35 +222,6 @@ func (t *deferredView) Query(ctx context.Context, query string, args ...any) (dr
 func (t *deferredView) Commit(ctx context.Context) error   { return txDone(t.tx().Commit(ctx)) }
 func (t *deferredView) Rollback(ctx context.Context) error { return txDone(t.tx().Rollback(ctx)) }
 func (t *deferredView) Native() any                        { return t.tx() }
-
-// CommitWith runs query and commits, in one round trip (driver.CommitWither; see deferredTx.commitWith).
-func (t *deferredView) CommitWith(ctx context.Context, query string, args ...any) (bool, error) {
-	ran, err := t.tx().commitWith(ctx, query, args)
-	return ran, txDone(err)
-}
-
-// DeferExec holds query back until the transaction's next statement, to go in one round trip with it: the inbox
-// sets a batch member's savepoint so (see deferredTx.deferExec).
-func (t *deferredView) DeferExec(query string) { t.tx().deferExec(query) }
-
-// EndDeferred reports whether the statement DeferExec held back ran, and how; one still held back is dropped.
-func (t *deferredView) EndDeferred() (ran bool, err error) { return t.tx().endDeferred() }
-
-// ExecPipelined runs several batch members' first statements in one round trip, each after a savepoint of its
-// own (see deferredTx.execPipelined).
-func (t *deferredView) ExecPipelined(ctx context.Context, seats []int, sqls []string, args [][]any, results []any, errs []error) (int, error) {
-	return t.tx().execPipelined(ctx, seats, sqls, args, results, errs)
-}
-
-// RollbackToSeat rolls back to the newest savepoint ExecPipelined set for seat.
-func (t *deferredView) RollbackToSeat(ctx context.Context, seat int) error {
-	return t.tx().rollbackToSeat(ctx, seat)
-}
-
-// MemberView returns the pgx.Tx of a batch member's handler, whose statements go through first and take.
-func (t *deferredView) MemberView(first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) driver.View {
-	return &memberView{tx: t.tx(), first: first, take: take}
-}
 
 // firstRowView is the inbox's view of the row of a transaction's first statement.
 type firstRowView firstRow

@@ -192,11 +192,14 @@ const batchesAhead = 7
 // A batch waiting for its turn holds a connection until the batches before it commit, and a handler of those that
 // takes a connection from the pool outside the transaction would otherwise wait for one of them for good.
 func (e *Engine) batchesAhead() int {
-	limited, ok := e.cfg.Pool.(driver.PoolLimit)
-	if !ok || limited.MaxConns() <= 0 {
+	if e.maxConns == nil {
 		return batchesAhead
 	}
-	return min(batchesAhead, max(0, limited.MaxConns()-e.cfg.Concurrency-2))
+	limit := e.maxConns()
+	if limit <= 0 {
+		return batchesAhead
+	}
+	return min(batchesAhead, max(0, limit-e.cfg.Concurrency-2))
 }
 
 // Turn-taking: the batches of a consumer take turns on the database, WithBatchConcurrency at a time, in the order
@@ -277,7 +280,7 @@ func (q *queue) passTurn() {
 func (b *batch) admit() {
 	b.admitted, b.turnHeld = true, b.q.hold(b)
 	b.gather = int(b.atTurn.Load()) // the members that finished without it count themselves in too (arrive)
-	if wait := b.e.cfg.Wait; b.pipe != nil && wait > 0 && time.Duration(b.q.lead.Load()) <= wait {
+	if wait := b.e.cfg.Wait; b.pipe && wait > 0 && time.Duration(b.q.lead.Load()) <= wait {
 		b.gather, b.gatherBy = b.members, time.Now().Add(wait)
 	}
 	close(b.ready)
@@ -350,10 +353,7 @@ func (q *queue) run(members []*member) {
 	}
 	b := &batch{e: e, store: e.cfg.Store, q: q, consumer: q.consumer, tx: tx, ctx: ctx, left: len(claimed), members: len(claimed), solo: len(claimed) == 1,
 		done: make(chan struct{}), ready: make(chan struct{})}
-	if p, ok := tx.(driver.Pipeliner); ok && !b.solo {
-		b.pipe = p
-	}
-	b.shared, _ = tx.(driver.SharedTx)
+	b.pipe = e.caps.ExecPipelined != nil && !b.solo
 	if len(claimed) == 0 {
 		_ = tx.Rollback(ctx)
 		goAlone(members)

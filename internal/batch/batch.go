@@ -18,7 +18,7 @@ import (
 // apply runs m's handler in the batch, settles its part of the transaction, and waits for the commit.
 func (b *batch) apply(m *member) ([]*message.Message, error) {
 	t := &memberTx{b: b, start: time.Now()}
-	if b.pipe != nil {
+	if b.pipe {
 		t.wake = make(chan struct{}, 1)
 	}
 	panicked := true
@@ -52,7 +52,7 @@ func (b *batch) keep(m *member, t *memberTx, produced []*message.Message) error 
 	raw, err := m.msg.Encode(produced)
 	if err == nil && raw == nil && t.unused() {
 		b.atTurn.Add(1)
-		if b.pipe != nil {
+		if b.pipe {
 			b.line.arrive()
 		}
 		b.finished(m) // nothing to write, and the handler wrote nothing: the connection is not needed
@@ -152,7 +152,7 @@ func (b *batch) undo(m *member, t *memberTx) {
 func (b *batch) release(t *memberTx) {
 	defer b.released()
 	t.end()
-	if b.pipe == nil {
+	if !b.pipe {
 		b.conn.Unlock()
 		return
 	}

@@ -31,8 +31,8 @@ type Store interface {
 	// Unclaim deletes the row tx claimed for (consumer, id) and has not committed.
 	Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) error
 	// Savepoint sets a member's savepoint (dialect.SetSavepoint), with a statement without arguments run on tx that
-	// a driver.Deferrer holds back for the member's first statement (see deferring), or rolls tx back to the newest
-	// one (dialect.RollbackSavepoint).
+	// the pool's driver.TxCaps.DeferExec may hold back for the member's first statement (see deferring), or rolls
+	// tx back to the newest one (dialect.RollbackSavepoint).
 	Savepoint(ctx context.Context, tx driver.Tx, step dialect.SavepointStep) error
 	// SaveProduced stores raw, a member's produced messages as Message.Encode made them (nil for none), with the
 	// row claimed in tx. Produced messages the database refuses come back as an error Message.Failed dead-letters.
@@ -78,7 +78,8 @@ type Config struct {
 	// Concurrency is how many batches at a time let their members use the database (WithBatchConcurrency), at
 	// least 1.
 	Concurrency int
-	// Pool is the pool the batches' transactions are on, for its limit of connections (driver.PoolLimit).
+	// Pool is the pool the batches' transactions are on, for its limit of connections (driver.PoolLimit) and what
+	// its transactions can do beyond driver.Tx (driver.TxCapser), which New asks once.
 	Pool driver.Pool
 	// Begin begins a batch's transaction: one that gives each handler a view of its own when the adapter can
 	// (driver.SharedPool).
@@ -94,12 +95,35 @@ type Config struct {
 type Engine struct {
 	cfg    Config
 	queues sync.Map // consumer name -> *queue: a batch claims the IDs of one consumer
+	// caps is what the pool's transactions can do beyond driver.Tx, found once by New, with what the engine
+	// cannot use left out (see New); maxConns is the pool's MaxConns (driver.PoolLimit), nil when it cannot tell.
+	caps     driver.TxCaps
+	maxConns func() int
 }
 
-// New returns an engine built from cfg.
+// New returns an engine built from cfg. What the pool's transactions can do it asks here, once: a group of
+// functions the pool gives only in part is left out (holding a savepoint back needs DeferExec and EndDeferred;
+// pipelining needs ExecPipelined, RollbackToSeat and MemberView), and so is View unless the pool is a
+// driver.SharedPool, whose BeginShared begins the transactions that have views.
 func New(cfg Config) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}
-	return &Engine{cfg: cfg}
+	e := &Engine{cfg: cfg}
+	if c, ok := cfg.Pool.(driver.TxCapser); ok {
+		e.caps = c.TxCaps()
+	}
+	if _, ok := cfg.Pool.(driver.SharedPool); !ok {
+		e.caps.View = nil
+	}
+	if e.caps.DeferExec == nil || e.caps.EndDeferred == nil {
+		e.caps.DeferExec, e.caps.EndDeferred = nil, nil
+	}
+	if e.caps.ExecPipelined == nil || e.caps.RollbackToSeat == nil || e.caps.MemberView == nil {
+		e.caps.ExecPipelined, e.caps.RollbackToSeat = nil, nil
+	}
+	if l, ok := cfg.Pool.(driver.PoolLimit); ok {
+		e.maxConns = l.MaxConns // read at each use: database/sql's SetMaxOpenConns may change it
+	}
+	return e
 }

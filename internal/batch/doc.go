@@ -4,8 +4,9 @@
 //
 // The engine never spells SQL nor reads a database's errors: its statements go through Store, which the inbox's
 // store implements, and what it needs of a message (its handler, the inbox's ways to end it) through Message. Of the
-// database client it needs the contracts of package driver: driver.SharedPool, SharedTx and View (database/sql's
-// adapter), driver.Pipeliner and Deferrer (pgx's), and driver.PoolLimit.
+// database client it needs the contracts of package driver: what the pool's transactions can do beyond driver.Tx
+// (driver.TxCaps, which New asks the pool for once: View for database/sql's shared transactions, DeferExec,
+// ExecPipelined and MemberView for pgx's), driver.View, and driver.PoolLimit.
 //
 // The path of one message:
 //

@@ -13,18 +13,18 @@ import (
 // A member's view of the batch's transaction: what its handler finds in its context, the savepoint that lets its
 // part roll back alone, and its hold on the batch's one connection.
 
-// deferring is a transaction whose statements without arguments are held back by its driver.Deferrer: the store's
-// savepoint statement, given this, waits for the member's first statement.
+// deferring is a transaction whose statements without arguments its pool holds back (driver.TxCaps.DeferExec):
+// the store's savepoint statement, given this, waits for the member's first statement.
 type deferring struct {
 	driver.Tx
-	d driver.Deferrer
+	deferExec func(tx driver.Tx, query string)
 }
 
 func (e deferring) Exec(ctx context.Context, query string, args ...any) (int64, error) {
 	if len(args) > 0 {
 		return e.Tx.Exec(ctx, query, args...)
 	}
-	e.d.DeferExec(query)
+	e.deferExec(e.Tx, query)
 	return 0, nil
 }
 
@@ -45,7 +45,7 @@ func (t *memberTx) hold(withSavepoint bool) {
 		<-t.b.ready
 		t.b.acquire(t)
 		if withSavepoint && !t.b.solo {
-			if d, ok := t.b.tx.(driver.Deferrer); ok {
+			if d := t.b.e.caps.DeferExec; d != nil {
 				t.err = t.b.store.Savepoint(t.b.ctx, deferring{t.b.tx, d}, dialect.SetSavepoint)
 				t.deferred = t.err == nil
 			} else {
@@ -64,7 +64,7 @@ func (t *memberTx) settle() {
 		return
 	}
 	t.deferred = false
-	ran, err := t.b.tx.(driver.Deferrer).EndDeferred()
+	ran, err := t.b.e.caps.EndDeferred(t.b.tx)
 	switch {
 	case !ran:
 		t.savepoint = false
@@ -85,47 +85,62 @@ func (t *memberTx) unused() bool {
 // Native is what the member's handler gets from TxFromContext: a view of the batch's transaction whose Commit and
 // Rollback return driver.ErrTxShared, when the adapter gives views (database/sql's and pgx's do). Once the handler
 // has returned, a goroutine of its that asks gets a view that refuses every statement (driver.ErrHandlerReturned).
+//
+// A member view (driver.TxCaps.MemberView) takes the connection on its first use, through take; a view of a
+// shared transaction (driver.TxCaps.View) is made with the connection taken.
 func (t *memberTx) Native() any {
-	if p, ok := t.b.tx.(driver.Pipeliner); ok {
-		t.vmu.Lock()
-		defer t.vmu.Unlock()
-		if t.view == nil {
-			if t.returned {
-				t.view = p.MemberView(NoFirst, func() {})
-				t.view.Close()
-			} else {
-				first := NoFirst // a batch of one pipelines nothing
-				if t.b.pipe != nil {
-					first = t.first
-				}
-				t.view = p.MemberView(first, func() { t.hold(true) })
+	caps := &t.b.e.caps
+	if caps.MemberView == nil {
+		if caps.View == nil {
+			if t.hasReturned() {
+				return nil // no view to refuse its statements: the goroutine finds no transaction
 			}
+			t.hold(true)
+			return t.b.tx.Native()
 		}
-		return t.view.Native()
-	}
-	if t.b.shared == nil {
-		if t.hasReturned() {
-			return nil // no view to refuse its statements: the goroutine finds no transaction
+		if !t.hasReturned() {
+			t.hold(true)
 		}
-		t.hold(true)
-		return t.b.tx.Native()
-	}
-	if !t.hasReturned() {
-		t.hold(true)
 	}
 	t.vmu.Lock()
 	defer t.vmu.Unlock()
 	if t.view == nil {
-		v, err := t.b.shared.View(t.b.ctx)
-		if err != nil {
+		first, take := NoFirst, func() {} // a batch of one pipelines nothing
+		if !t.returned {
+			take = func() { t.hold(true) }
+			if t.b.pipe {
+				first = t.first
+			}
+		}
+		if t.view = openView(t.b.ctx, caps, t.b.tx, first, take, t.returned); t.view == nil {
 			return nil // the handler finds no transaction, and fails
 		}
-		if t.returned {
-			v.Close()
-		}
-		t.view = v
 	}
 	return t.view.Native()
+}
+
+// openView makes the view of tx that a handler gets, as caps can: a member view (MemberView) whose statements go
+// through first and take, or else a view of a shared transaction (View). It returns nil when caps give no view,
+// or the view could not begin. A view made after its handler returned (returned) is closed at once: it refuses
+// every statement.
+func openView(ctx context.Context, caps *driver.TxCaps, tx driver.Tx, first func(context.Context, string, []any) (any, bool, error),
+	take func(), returned bool) driver.View {
+	var v driver.View
+	switch {
+	case caps.MemberView != nil:
+		v = caps.MemberView(tx, first, take)
+	case caps.View != nil:
+		var err error
+		if v, err = caps.View(ctx, tx); err != nil {
+			return nil
+		}
+	default:
+		return nil
+	}
+	if returned {
+		v.Close()
+	}
+	return v
 }
 
 func (t *memberTx) hasReturned() bool {
@@ -148,7 +163,7 @@ func (t *memberTx) end() {
 	}
 }
 
-// NoFirst is the first of a view whose statements are never pipelined (see driver.Pipeliner.MemberView): a batch of
+// NoFirst is the first of a view whose statements are never pipelined (see driver.TxCaps.MemberView): a batch of
 // one member's, or the view of a message that goes alone in batch mode.
 func NoFirst(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
 
@@ -186,7 +201,7 @@ func (t *memberTx) Rollback(context.Context) error { return driver.ErrTxShared }
 
 // acquire takes the connection for t, the member's first use of the transaction that is not pipelined.
 func (b *batch) acquire(t *memberTx) {
-	if b.pipe == nil {
+	if !b.pipe {
 		b.conn.Lock()
 		return
 	}
@@ -203,6 +218,7 @@ func (b *batch) acquire(t *memberTx) {
 // so that a handler meets the same rule whether its message was batched or not; and that, as a member's, refuses
 // every statement once the handler returned (End).
 type AloneView struct {
+	caps   *driver.TxCaps
 	tx     driver.Tx
 	mu     sync.Mutex
 	made   bool
@@ -211,14 +227,14 @@ type AloneView struct {
 	ended  bool
 }
 
-// NewAloneView returns the view of tx, or nil when the adapter gives none: database/sql's (driver.SharedTx) and
-// pgx's (a driver.Pipeliner) do.
-func NewAloneView(tx driver.Tx) *AloneView {
-	switch tx.(type) {
-	case driver.SharedTx, driver.Pipeliner:
-		return &AloneView{tx: tx}
+// NewAloneView returns the view of tx, a transaction of the pool whose caps these are, or nil when the pool's
+// transactions give none: database/sql's shared ones (driver.TxCaps.View) and pgx's (MemberView) do. caps are
+// the Database's, found once; the view keeps the pointer.
+func NewAloneView(caps *driver.TxCaps, tx driver.Tx) *AloneView {
+	if caps.MemberView == nil && caps.View == nil {
+		return nil
 	}
-	return nil
+	return &AloneView{caps: caps, tx: tx}
 }
 
 // Tx returns the transaction v views.
@@ -230,19 +246,8 @@ func (v *AloneView) Native(ctx context.Context) any {
 	defer v.mu.Unlock()
 	if !v.made {
 		v.made = true
-		switch tx := v.tx.(type) {
-		case driver.SharedTx:
-			if view, err := tx.View(ctx); err == nil {
-				v.view = view
-			}
-		case driver.Pipeliner:
-			v.view = tx.MemberView(NoFirst, func() {})
-		}
-		if v.view != nil {
+		if v.view = openView(ctx, v.caps, v.tx, NoFirst, func() {}, v.ended); v.view != nil {
 			v.native = v.view.Native()
-			if v.ended {
-				v.view.Close()
-			}
 		}
 	}
 	return v.native

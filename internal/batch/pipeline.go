@@ -178,7 +178,7 @@ func (b *batch) send(t *memberTx) {
 	err := b.brokenBy()
 	if err != nil {
 		err = fmt.Errorf("inbox: the statements of %d members of a batch of %s were not sent: %w", n, b.consumer, err)
-	} else if set, err = b.pipe.ExecPipelined(b.ctx, l.seats, l.sqls, l.args, l.results, l.errs); err != nil {
+	} else if set, err = b.e.caps.ExecPipelined(b.ctx, b.tx, l.seats, l.sqls, l.args, l.results, l.errs); err != nil {
 		err = fmt.Errorf("inbox: pipeline the statements of %d members of a batch of %s: %w", n, b.consumer, b.store.Explain(err))
 		b.breaks(err)
 	}
@@ -244,7 +244,7 @@ func (b *batch) seize(t *memberTx, self bool) error {
 	if len(undone) == 0 || !undone[0].spSet {
 		return nil // nothing after it ran, or its pipeline broke the transaction: the batch rolls back
 	}
-	err := b.pipe.RollbackToSeat(b.ctx, undone[0].seat)
+	err := b.e.caps.RollbackToSeat(b.ctx, b.tx, undone[0].seat)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.serial = l.serial || !self

@@ -76,14 +76,12 @@ type batch struct {
 	// solo is a batch of one: its member needs no savepoint, since a failure rolls back the whole transaction,
 	// which holds nothing else. A lone message so costs what it costs without batching.
 	solo bool
-	// pipe, when the transaction can pipeline (pgx's) and the batch has more than one member, sends the members'
-	// first statements together, and line orders the members on the connection instead of conn.
-	pipe driver.Pipeliner
-	line line
-	// shared, over database/sql, gives each member a *sql.Tx of its own over the transaction (driver.SharedTx),
-	// which refuses the handler's Commit and Rollback, as pgx's member views do.
-	shared driver.SharedTx
-	seats  atomic.Int32 // members that asked for their native transaction, numbering their savepoints
+	// pipe, when the transaction can pipeline (pgx's: driver.TxCaps.ExecPipelined) and the batch has more than one
+	// member, sends the members' first statements together, and line orders the members on the connection
+	// instead of conn.
+	pipe  bool
+	line  line
+	seats atomic.Int32 // members that asked for their native transaction, numbering their savepoints
 
 	ready   chan struct{} // closed when the members may use the connection (formed, passTurn)
 	members int           // claimed members
@@ -146,7 +144,7 @@ type memberTx struct {
 	start     time.Time // the handler's start
 	once      sync.Once
 	savepoint bool  // set: its effect can be rolled back alone
-	deferred  bool  // the savepoint waits to go with the member's first statement (see driver.Deferrer)
+	deferred  bool  // the savepoint waits to go with the member's first statement (driver.TxCaps.DeferExec)
 	err       error // setting it failed
 	untouched bool  // the member finished without taking the connection
 
