@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +14,7 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
+	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
 )
 
@@ -26,16 +25,7 @@ import (
 // withLockTimeout returns dsn with lock_timeout set to d in its sessions' options.
 func withLockTimeout(t testing.TB, dsn string, d time.Duration) string {
 	t.Helper()
-	options := "-c lock_timeout=" + d.String()
-	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return dsn + " options='" + options + "'"
-	}
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("options", options)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return inboxtest.WithSessionOptions(t, dsn, "-c lock_timeout="+d.String())
 }
 
 // holdRow inserts the inbox row of (consumer, id) in a transaction it leaves open, so that a claim of the same row

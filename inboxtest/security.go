@@ -104,7 +104,13 @@ func OpenSessionDB(t testing.TB, driverName, dsn string, conns int) *sql.DB {
 // WithoutCommitWaits returns dsn with synchronous_commit off in its sessions' options.
 func WithoutCommitWaits(t testing.TB, dsn string) string {
 	t.Helper()
-	const options = "-c synchronous_commit=off"
+	return WithSessionOptions(t, dsn, "-c synchronous_commit=off")
+}
+
+// WithSessionOptions returns dsn, a PostgreSQL key=value string or URL, with options (such as "-c lock_timeout=1s")
+// as its sessions' options.
+func WithSessionOptions(t testing.TB, dsn, options string) string {
+	t.Helper()
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return dsn + " options='" + options + "'"
 	}
