@@ -49,10 +49,9 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 	hold := cleanupLockHold + p.Pause
 	var locked bool
 	lock := dialect.LockParams{Table: e.Table, Name: LockName, Holder: holder, Hold: hold, Back: p.Retention}
-	locks, m := e.Dialect.Locks(), e.Dialect.Maintenance()
 	err = e.ShortTx(ctx, func(tx driver.Tx) error {
 		var err error
-		locked, res.Cutoff, err = locks.TakeLock(ctx, tx, lock)
+		locked, res.Cutoff, err = e.Dialect.Locks().TakeLock(ctx, tx, lock)
 		return err
 	})
 	if err != nil {
@@ -64,9 +63,9 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 		e.Logger.Debug("Inbox cleanup skipped: another instance is cleaning this table", fields)
 		return res, nil
 	}
-	defer func() { err = errors.Join(err, unlock(ctx, e, locks, holder)) }()
+	defer func() { err = errors.Join(err, unlock(ctx, e, holder)) }()
 
-	r := cleanupRound{ctx: ctx, e: e, locks: locks, m: m, p: p, lock: lock, res: &res}
+	r := cleanupRound{ctx: ctx, e: e, p: p, lock: lock, res: &res}
 	if p.PartitionPeriod > 0 {
 		pr, err := Partitions(ctx, e, p.PartitionPeriod, res.Cutoff, r.batch)
 		if err != nil {
@@ -85,7 +84,7 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 
 	err = e.ShortTx(ctx, func(tx driver.Tx) error {
 		var err error
-		res.Abandoned, err = m.CountAbandoned(ctx, tx, e.Table, res.Cutoff)
+		res.Abandoned, err = e.Dialect.Maintenance().CountAbandoned(ctx, tx, e.Table, res.Cutoff)
 		return err
 	})
 	if err != nil {
@@ -109,13 +108,11 @@ func Cleanup(ctx context.Context, e Env, p CleanupParams) (res CleanupResult, er
 // cleanupRound is one round of the cleanup, holding the lock; its batches each run in a short transaction that
 // first extends the lock, so that a cleaner that lost it deletes nothing more.
 type cleanupRound struct {
-	ctx   context.Context
-	e     Env
-	locks dialect.Locks       // e's, asked for once by Cleanup
-	m     dialect.Maintenance // e's, asked for once by Cleanup
-	p     CleanupParams
-	lock  dialect.LockParams
-	res   *CleanupResult
+	ctx  context.Context
+	e    Env
+	p    CleanupParams
+	lock dialect.LockParams
+	res  *CleanupResult
 	// took is how long the last batch took.
 	took time.Duration
 	// walkOnly is the one partition the walk cleans, with managed partitions (partitions.go in this package): the others are
@@ -128,7 +125,7 @@ func (r *cleanupRound) batch(fn func(tx driver.Tx) error) error {
 	start := time.Now()
 	defer func() { r.took = time.Since(start) }()
 	err := r.e.ShortTx(r.ctx, func(tx driver.Tx) error {
-		held, err := r.locks.ExtendLock(r.ctx, tx, r.lock)
+		held, err := r.e.Dialect.Locks().ExtendLock(r.ctx, tx, r.lock)
 		if err != nil {
 			return err
 		}
@@ -245,7 +242,7 @@ func total(counts map[string]int64) (n int64) {
 // byConsumer cleans one consumer's rows after another, each in batches that walk the cleanup index from where the
 // previous batch ended.
 func (r *cleanupRound) byConsumer() error {
-	consumers, err := listConsumers(r.ctx, r.e, r.m)
+	consumers, err := listConsumers(r.ctx, r.e)
 	if err != nil {
 		return err
 	}
@@ -254,7 +251,7 @@ func (r *cleanupRound) byConsumer() error {
 		for {
 			var b dialect.CleanupBatch
 			if err := r.batch(func(tx driver.Tx) (err error) {
-				b, err = r.m.CleanupBatch(r.ctx, tx, dialect.CleanupBatchParams{
+				b, err = r.e.Dialect.Maintenance().CleanupBatch(r.ctx, tx, dialect.CleanupBatchParams{
 					Table: r.e.Table, Consumer: consumer, From: from, Cutoff: r.res.Cutoff, Limit: r.p.BatchSize})
 				return err
 			}); err != nil {
@@ -277,11 +274,11 @@ var errCleanupLockLost = errors.New("the cleanup lock ran out and another instan
 
 // unlock releases the cleanup lock, outliving a cancelled ctx so that a stopped cleanup does not make the next
 // round wait for the lock to run out. A failure is returned; the lock then runs out on its own.
-func unlock(ctx context.Context, e Env, locks dialect.Locks, holder string) error {
+func unlock(ctx context.Context, e Env, holder string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	err := e.ShortTx(ctx, func(tx driver.Tx) error {
-		return locks.ReleaseLock(ctx, tx, dialect.LockParams{Table: e.Table, Name: LockName, Holder: holder})
+		return e.Dialect.Locks().ReleaseLock(ctx, tx, dialect.LockParams{Table: e.Table, Name: LockName, Holder: holder})
 	})
 	if err != nil {
 		return e.Wrap("cleanup: unlock", err)
@@ -290,11 +287,11 @@ func unlock(ctx context.Context, e Env, locks dialect.Locks, holder string) erro
 }
 
 // listConsumers returns the consumers that have rows, in order.
-func listConsumers(ctx context.Context, e Env, m dialect.Maintenance) ([]string, error) {
+func listConsumers(ctx context.Context, e Env) ([]string, error) {
 	var out []string
 	err := e.ShortTx(ctx, func(tx driver.Tx) error {
 		var err error
-		out, err = m.Consumers(ctx, tx, e.Table)
+		out, err = e.Dialect.Maintenance().Consumers(ctx, tx, e.Table)
 		return err
 	})
 	if err != nil {
