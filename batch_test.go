@@ -16,8 +16,8 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // runOneBatch delivers one message per ID to h at once, each from its own goroutine, while no batch may begin;
@@ -81,7 +81,7 @@ func (b *testBundle) batchCredit(txids *sync.Map, fail func(id string) error) me
 	}
 }
 
-func batchIDs(n int) []string { return inboxtest.EventIDs("evt", n) }
+func batchIDs(n int) []string { return testkit.EventIDs("evt", n) }
 
 func TestBatch_AFailingHandlerNacksOnlyItsMessage(t *testing.T) {
 	t.Parallel()
@@ -162,7 +162,7 @@ func TestBatch_ACommitThatFailsNacksTheWholeBatchAndAppliesNothing(t *testing.T)
 		return nil, nil
 	}
 	before := b.Balance(t)
-	run = runOneBatch(t, ib, b, clash, inboxtest.EventIDs("x", 16))
+	run = runOneBatch(t, ib, b, clash, testkit.EventIDs("x", 16))
 	for id, err := range run.errs {
 		require.Error(t, err, "%s: the commit failed, so its ack must not happen", id)
 	}
@@ -200,9 +200,9 @@ func TestBatch_CopiesOfOneIDApplyOnce(t *testing.T) {
 	t.Run("InRacingBatches", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t, inbox.WithBatch(time.Millisecond, 16), inbox.WithBatchConcurrency(4))
-		calls := &inboxtest.CallCounter{}
+		calls := &testkit.CallCounter{}
 		ids := batchIDs(60)
-		errs := inboxtest.DeliverCopies(t, ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		errs := testkit.DeliverCopies(t, ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			calls.Call(msg.Metadata.Get(inbox.DefaultIDMetadataKey))
 			return b.Credit(1, nil)(msg)
 		}), ids, 4)
@@ -258,7 +258,7 @@ func TestBatch_ACancelledContextMidBatchLosesNothing(t *testing.T) {
 			redelivered = append(redelivered, id)
 		}
 	}
-	requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.Credit(1, nil)), redelivered, 1))
+	requireNoErrors(t, testkit.DeliverCopies(t, ib.Middleware(b.Credit(1, nil)), redelivered, 1))
 	require.Equal(t, len(ids), b.Balance(t), "after the redelivery, every message once")
 }
 
@@ -366,7 +366,7 @@ func TestBatch_ABatchHoldingHalfTheMessagesInFlightDoesNotWaitToFill(t *testing.
 
 	// One batch of them all: the inbox learns that many are in flight.
 	gathered := inbox.HoldBatches(ib, "wallet-credits")
-	first := deliver(inboxtest.EventIDs("first", in)...)
+	first := deliver(testkit.EventIDs("first", in)...)
 	require.Eventually(t, func() bool { return inbox.BatchPending(ib, "wallet-credits") == in },
 		10*time.Second, time.Millisecond, "the first batch gathers")
 	gathered()
@@ -377,7 +377,7 @@ func TestBatch_ABatchHoldingHalfTheMessagesInFlightDoesNotWaitToFill(t *testing.
 	// One message runs alone and stays; as many as before arrive, and a half goes without waiting for the rest.
 	running := deliver("running")
 	require.Eventually(t, started.Load, 10*time.Second, time.Millisecond)
-	second := deliver(inboxtest.EventIDs("second", in)...)
+	second := deliver(testkit.EventIDs("second", in)...)
 	var secondErrs []error
 	timeout := time.After(10 * time.Second)
 collect:
@@ -509,8 +509,8 @@ func TestBatch_HandlersThatTakeAPoolConnectionBesideTheirTransactionNeverStarveO
 func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	pool := &inboxtest.BeginCounter{Pool: driver.StdSQL(b.db)}
-	obs := &inboxtest.EventRecorder{}
+	pool := &testkit.BeginCounter{Pool: driver.StdSQL(b.db)}
+	obs := &testkit.EventRecorder{}
 	ib, err := inbox.On(pool).New(inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"),
 		inbox.WithLogger(b.Logs), inbox.WithObserver(obs), inbox.WithBatch(time.Hour, inbox.MaxBatchSize))
 	require.NoError(t, err)
@@ -532,7 +532,7 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 		return run.produced
 	}
 
-	applied := inboxtest.EventIDs("evt", 16)
+	applied := testkit.EventIDs("evt", 16)
 	for id, msgs := range deliver(applied) {
 		require.Len(t, msgs, 1, id)
 		produced.Store(id, msgs[0].UUID)
@@ -551,7 +551,7 @@ func TestBatch_CopiesOfAppliedMessagesEndWithTheirBatchsClaim(t *testing.T) {
 	require.EqualValues(t, 1, pool.Begun.Load()-before, "the burst costs the batch's transaction only")
 
 	// Copies among new messages: the new ones apply in the batch, the copies end beside it.
-	fresh := inboxtest.EventIDs("new", 8)
+	fresh := testkit.EventIDs("new", 8)
 	before = pool.Begun.Load()
 	out := deliver(append(slices.Clone(applied[:8]), fresh...))
 	for _, id := range applied[:8] {

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // The price of the inbox on one message, without a broker: compare the sub-benchmarks of one run, as ratios
@@ -75,7 +75,7 @@ func BenchmarkMiddleware(b *testing.B) {
 }
 
 // BenchmarkThroughput compares, at 1 to 64 messages in flight, a consumer without an inbox, the inbox per message
-// and the inbox in batch mode, over lib/pq (inboxtest.Throughput says how). Read msgs/s as ratios within one run.
+// and the inbox in batch mode, over lib/pq (testkit.Throughput says how). Read msgs/s as ratios within one run.
 func BenchmarkThroughput(b *testing.B) {
 	_, tb := setup(b)
 	tb.db.SetMaxOpenConns(16)
@@ -84,7 +84,7 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	effect := `UPDATE ` + tb.Accounts + ` SET balance = balance + 1 WHERE id = $1`
-	inboxtest.Throughput(b, inboxtest.StdSQLThroughput(tb.db, accounts, effect, func(opts ...inbox.Option) (*inbox.Inbox, error) {
+	testkit.Throughput(b, testkit.StdSQLThroughput(tb.db, accounts, effect, func(opts ...inbox.Option) (*inbox.Inbox, error) {
 		return inbox.New(tb.db, append([]inbox.Option{inbox.WithTable(tb.Table)}, opts...)...)
 	}))
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 	"github.com/effectively-once/watermill-inbox/observe"
 )
 
@@ -263,7 +263,7 @@ func TestCleanup_OneInstanceCleansAtATime(t *testing.T) {
 	ctx := context.Background()
 
 	inFirstBatch := make(chan struct{})
-	gate, release := inboxtest.Gate(t)
+	gate, release := testkit.Gate(t)
 	first := make(chan error, 1)
 	go func() {
 		var once sync.Once
@@ -355,7 +355,7 @@ func TestCleanup_ACancelledCleanupReleasesTheLock(t *testing.T) {
 func TestCleanup_ReportsAMissingTableAsSuch(t *testing.T) {
 	t.Parallel()
 	db := openDB(t)
-	_, err := inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(inboxtest.UniqueName("inbox_test_missing")))
+	_, err := inbox.OnSQL(db).Cleanup(context.Background(), inbox.CleanupParams{}, inbox.WithTable(testkit.UniqueName("inbox_test_missing")))
 	require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 }
 
@@ -486,6 +486,6 @@ func TestRemembers_ReportsEachConsumerSinceItsRegistrationOrTheLastCleanupCutoff
 	require.InDelta(t, (24 * time.Hour).Seconds(), ms[2].Age.Seconds(), 120, "since the cutoff of the cleanup")
 	require.False(t, ms[2].Covers(48*time.Hour))
 
-	_, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(inboxtest.UniqueName("inbox_test_missing")))
+	_, err = inbox.OnSQL(b.db).Remembers(ctx, inbox.WithTable(testkit.UniqueName("inbox_test_missing")))
 	require.True(t, errors.Is(err, inbox.ErrSchemaMissing))
 }

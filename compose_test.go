@@ -12,23 +12,23 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // composeRouter runs a router over a fresh gochannel with the given middlewares, first added outermost, and a
 // handler on topic "deposits"; it returns the pub/sub to publish to and the poison queue's publisher.
-func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerMiddleware) []message.HandlerMiddleware, h message.NoPublishHandlerFunc) (*inboxtest.RecordingPublisher, func(*message.Message)) {
+func composeRouter(t *testing.T, b *testBundle, mws func(poison message.HandlerMiddleware) []message.HandlerMiddleware, h message.NoPublishHandlerFunc) (*testkit.RecordingPublisher, func(*message.Message)) {
 	t.Helper()
-	pubsub := inboxtest.NewGoChannel(t)
-	poisoned := &inboxtest.RecordingPublisher{}
+	pubsub := testkit.NewGoChannel(t)
+	poisoned := &testkit.RecordingPublisher{}
 	poison, err := middleware.PoisonQueue(poisoned, "deposits.poison")
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	router.AddMiddleware(mws(poison)...)
 	router.AddConsumerHandler("wallet-credits", "deposits", pubsub, h)
-	inboxtest.RunRouter(t, router)
+	testkit.RunRouter(t, router)
 	return poisoned, func(msg *message.Message) { require.NoError(t, pubsub.Publish("deposits", msg)) }
 }
 

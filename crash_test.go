@@ -19,8 +19,8 @@ import (
 	_ "github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // The evt-2 crash: the consumer commits the credit and dies before the broker hears the ack. The consumer is a
@@ -37,8 +37,8 @@ func TestMain(m *testing.M) {
 	case os.Getenv(paymentProcessEnv) != "":
 		os.Exit(runPaymentProcess())
 	}
-	inboxtest.LeaveOutExamplesWhenShort()
-	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PrivatePostgresDatabase(testDriver)))
+	testkit.LeaveOutExamplesWhenShort()
+	os.Exit(testkit.RunInOwnDatabases(m, testkit.PrivatePostgresDatabase(testDriver)))
 }
 
 // consumer process modes

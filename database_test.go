@@ -13,8 +13,8 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestANilHandleIsRefusedWhenTheInboxIsBuilt(t *testing.T) {
@@ -46,7 +46,7 @@ type unknownDriver struct{ sqldriver.Driver }
 
 func openUnknownDriver(t *testing.T) *sql.DB {
 	t.Helper()
-	inboxtest.SkipWhenShort(t, "PostgreSQL")
+	testkit.SkipWhenShort(t, "PostgreSQL")
 	c, err := pq.NewConnector(testDSN())
 	require.NoError(t, err)
 	db := sql.OpenDB(unknownConnector{c})
@@ -64,7 +64,7 @@ func (u unknownConnector) Driver() sqldriver.Driver { return unknownDriver{u.c.D
 func TestAnUnknownDriverOverPostgreSQLPassesTheCheckOfTheServer(t *testing.T) {
 	t.Parallel()
 	db := openUnknownDriver(t)
-	table := inboxtest.UniqueName("inbox_unknown_driver")
+	table := testkit.UniqueName("inbox_unknown_driver")
 	pg := openDB(t)
 	t.Cleanup(func() { dropInboxTables(pg, table) })
 	ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("wallet-credits"))

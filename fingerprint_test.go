@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 	"github.com/effectively-once/watermill-inbox/observe"
 )
 
@@ -60,7 +60,7 @@ func TestFingerprint_InTheJoinedSubscriberTransactionAReusedIDIsReportedAndSkipp
 		_, err := b.Credit(100, nil)(msg)
 		return err
 	})
-	inboxtest.RunRouter(t, router)
+	testkit.RunRouter(t, router)
 
 	publisher := newSQLPublisher(t, b.db)
 	for _, typ := range []string{"paid", "paid", "refunded"} {

@@ -8,7 +8,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestForget(t *testing.T) {
@@ -17,7 +17,7 @@ func TestForget(t *testing.T) {
 	t.Run("ReportsAnIDThatIsNoUUIDAsNotFoundInAUUIDTable", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		table := inboxtest.UniqueName("inbox_test")
+		table := testkit.UniqueName("inbox_test")
 		t.Cleanup(func() { dropInboxTables(db, table) })
 		opts := []inbox.MaintenanceOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID)}
 		require.NoError(t, inbox.OnSQL(db).Migrate(context.Background(), opts...))

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // asHandlerFunc lets a NoPublishHandlerFunc go through the middleware by hand, as the router lets it.
@@ -66,7 +66,7 @@ func TestHandler(t *testing.T) {
 	t.Run("OutsideTheMiddlewareReturnsErrNoTxWithoutCallingTheFunction", func(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int64
-		b := &testBundle{Wallet: &inboxtest.Wallet{Accounts: "never_used"}}
+		b := &testBundle{Wallet: &testkit.Wallet{Accounts: "never_used"}}
 		err := inbox.Handler(b.creditOn(100, &calls))(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrNoTx)
 		require.ErrorContains(t, err, "outside the inbox's middleware")
@@ -102,13 +102,13 @@ func TestHandler(t *testing.T) {
 	t.Run("UnderTheRouterAppliesTheEffectOnce", func(t *testing.T) {
 		t.Parallel()
 		ib, b := setup(t)
-		pubsub := inboxtest.NewGoChannel(t)
+		pubsub := testkit.NewGoChannel(t)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		router.AddMiddleware(ib.Middleware)
 		var calls atomic.Int64
 		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, inbox.Handler(b.creditOn(100, &calls)))
-		inboxtest.RunRouter(t, router)
+		testkit.RunRouter(t, router)
 		for _, id := range []string{"evt-1", "evt-1", "evt-2"} {
 			require.NoError(t, pubsub.Publish("deposits", newMsg(id))) // returns once the router acked it
 		}

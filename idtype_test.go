@@ -12,8 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // uuidBundle is a bundle whose inbox table was created with a uuid message_id.
@@ -65,7 +65,7 @@ func TestIDTypeUUID(t *testing.T) {
 	t.Run("ANonUUIDIDIsDeadLetteredNotRetried", func(t *testing.T) {
 		t.Parallel()
 		b := uuidBundle(t)
-		dlq := &inboxtest.RecordingPublisher{}
+		dlq := &testkit.RecordingPublisher{}
 		ib, err := inbox.New(b.db, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"),
 			inbox.WithIDType(inbox.IDTypeUUID), inbox.WithDeadLetter(dlq, "dlq"))
 		require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestIDTypeUUID(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				b := uuidBundle(t)
-				dlq := &inboxtest.RecordingPublisher{}
+				dlq := &testkit.RecordingPublisher{}
 				opts := append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithDeadLetter(dlq, "dlq")}, mode...)
 				ib, err := inbox.New(b.db, opts...)
 				require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestIDTypeUUID(t *testing.T) {
 			idType inbox.IDType
 		}{"TextForAUUIDTable": {uuids, inbox.IDTypeText}, "UUIDForATextTable": {texts, inbox.IDTypeUUID}} {
 			t.Run(name, func(t *testing.T) {
-				dlq := &inboxtest.RecordingPublisher{}
+				dlq := &testkit.RecordingPublisher{}
 				const delay = 50 * time.Millisecond
 				ib, err := inbox.New(tc.b.db, inbox.WithTable(tc.b.Table), inbox.WithConsumer("wallet-credits"),
 					inbox.WithIDType(tc.idType), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))

@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // withIsolation returns the test DSN with default_transaction_isolation set for its sessions only: lib/pq and pgx
@@ -36,7 +36,7 @@ func sqlStateOf(err error) string {
 func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	var provider inboxtest.CallCounter
+	var provider testkit.CallCounter
 	var handlers []message.HandlerFunc
 	for range 3 { // three consumer processes, each with its own pool
 		db := openVia(t, testDriver, withIsolation("serializable"))
@@ -56,8 +56,8 @@ func TestLease_UnderSerializableDefaultIsolationEveryCallHappensOnce(t *testing.
 			return []*message.Message{message.NewMessage(l.IdempotencyKey(), []byte("receipt"))}, nil
 		}))
 	}
-	ids := inboxtest.EventIDs("pay", 60)
-	errs := inboxtest.DeliverCopies(t, fanOut(handlers), ids, 3)
+	ids := testkit.EventIDs("pay", 60)
+	errs := testkit.DeliverCopies(t, fanOut(handlers), ids, 3)
 	requireNoErrors(t, errs)
 	provider.RequireOnceEach(t, ids)
 	b.requireAllDone(t, "payments", len(ids))
@@ -110,8 +110,8 @@ func TestTransactionMode_UnderEveryIsolationLevelEachEffectLandsOnce(t *testing.
 				return nil, err
 			})
 
-			ids := inboxtest.EventIDs("evt", 60)
-			errs := inboxtest.DeliverCopies(t, h, ids, 3)
+			ids := testkit.EventIDs("evt", 60)
+			errs := testkit.DeliverCopies(t, h, ids, 3)
 			codes := map[string]int{}
 			for _, err := range errs {
 				codes[sqlStateOf(err)]++

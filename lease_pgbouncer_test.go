@@ -7,8 +7,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // pgbouncerDSNOptions are what each driver needs behind a transaction-pooling proxy: lib/pq needs nothing.
@@ -28,7 +28,7 @@ func (b *testBundle) requireAllDone(t testing.TB, consumer string, n int) {
 
 func TestLease_BehindATransactionPoolingProxyEveryCallHappensOnce(t *testing.T) {
 	t.Parallel()
-	dsn := inboxtest.StartPgbouncer(t, testDSN(), "postgres")
+	dsn := testkit.StartPgbouncer(t, testDSN(), "postgres")
 	for _, driver := range driversBehindPgbouncer {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
@@ -37,7 +37,7 @@ func TestLease_BehindATransactionPoolingProxyEveryCallHappensOnce(t *testing.T) 
 			ib, err := inbox.New(proxied, inbox.WithTable(b.Table), inbox.WithConsumer("payments"),
 				inbox.WithLease(30*time.Second), inbox.WithLogger(b.Logs))
 			require.NoError(t, err)
-			var provider inboxtest.CallCounter
+			var provider testkit.CallCounter
 			h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 				l := leaseOf(t, msg)
 				if err := l.Extend(msg.Context(), 30*time.Second); err != nil {
@@ -48,8 +48,8 @@ func TestLease_BehindATransactionPoolingProxyEveryCallHappensOnce(t *testing.T) 
 				return []*message.Message{message.NewMessage(l.IdempotencyKey(), []byte("receipt"))}, nil
 			})
 
-			ids := inboxtest.EventIDs("pay", 40)
-			requireNoErrors(t, inboxtest.DeliverCopies(t, h, ids, 3))
+			ids := testkit.EventIDs("pay", 40)
+			requireNoErrors(t, testkit.DeliverCopies(t, h, ids, 3))
 			provider.RequireOnceEach(t, ids)
 			b.requireAllDone(t, "payments", len(ids))
 			require.Empty(t, b.Logs.Find("lease write failed"))

@@ -8,15 +8,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestDefaultLogger(t *testing.T) {
 	t.Parallel()
 
 	// quiet builds an Inbox over b's table with no WithLogger, its default logger writing to out.
-	quiet := func(t *testing.T, b *testBundle, out *inboxtest.LockedBuffer, opts ...inbox.Option) *inbox.Inbox {
+	quiet := func(t *testing.T, b *testBundle, out *testkit.LockedBuffer, opts ...inbox.Option) *inbox.Inbox {
 		t.Helper()
 		ib, err := inbox.New(b.db, append([]inbox.Option{inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"),
 			inbox.WithRejectDelay(time.Millisecond), inbox.WithDefaultLogOutput(out)}, opts...)...)
@@ -27,7 +27,7 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("LogsAMessageWithoutAnEventIDAtError", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		out := &inboxtest.LockedBuffer{}
+		out := &testkit.LockedBuffer{}
 		_, err := quiet(t, b, out).Middleware(b.Credit(100, nil))(newMsg(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 
@@ -40,8 +40,8 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("LogsASchemaThatHoldsEveryMessageBackAtError", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		b := &testBundle{db: db, Wallet: &inboxtest.Wallet{Table: inboxtest.UniqueName("inbox_missing")}} // no table, and none created
-		out := &inboxtest.LockedBuffer{}
+		b := &testBundle{db: db, Wallet: &testkit.Wallet{Table: testkit.UniqueName("inbox_missing")}} // no table, and none created
+		out := &testkit.LockedBuffer{}
 		_, err := quiet(t, b, out, inbox.WithAutoMigrate(false)).Middleware(b.Credit(100, nil))(newMsg("evt-1"))
 		require.ErrorIs(t, err, inbox.ErrSchemaMissing)
 
@@ -54,7 +54,7 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("KeepsDebugAndInfoQuiet", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		out := &inboxtest.LockedBuffer{}
+		out := &testkit.LockedBuffer{}
 		h := quiet(t, b, out).Middleware(b.Credit(100, nil))
 		for range 2 { // the second is a duplicate, which is logged at info
 			_, err := h(newMsg("evt-1"))
@@ -67,7 +67,7 @@ func TestDefaultLogger(t *testing.T) {
 	t.Run("GivesWayToWithLogger", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		out, logs := &inboxtest.LockedBuffer{}, &recordingLogger{}
+		out, logs := &testkit.LockedBuffer{}, &recordingLogger{}
 		_, err := quiet(t, b, out, inbox.WithLogger(logs)).Middleware(b.Credit(100, nil))(newMsg(""))
 		require.ErrorIs(t, err, inbox.ErrInvalidEventID)
 		require.Empty(t, out.String())
@@ -116,7 +116,7 @@ func TestNoDeadLetterWarning(t *testing.T) {
 
 	t.Run("IsNotLoggedWithADeadLetterTopic", func(t *testing.T) {
 		t.Parallel()
-		ib, b := setup(t, inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "deposits.dlq"))
+		ib, b := setup(t, inbox.WithDeadLetter(&testkit.RecordingPublisher{}, "deposits.dlq"))
 		_, err := ib.Middleware(b.Credit(100, nil))(newMsg(""))
 		require.NoError(t, err)
 		require.Empty(t, b.Logs.Find(warning))

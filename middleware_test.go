@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // The middleware's behaviour on every driver is in the driver suite (inboxtest, run by suite_test.go); these are
@@ -69,7 +69,7 @@ func TestNew_RejectsInvalidOptionsAtConstruction(t *testing.T) {
 		"TableWithSQL":            {inbox.WithTable("inbox; DROP TABLE accounts")},
 		"UpperCaseTable":          {inbox.WithTable("Inbox")},
 		"TableTooLong":            {inbox.WithTable(strings.Repeat("a", 49))},
-		"DeadLetterWithoutTopic":  {inbox.WithDeadLetter(&inboxtest.RecordingPublisher{}, "")},
+		"DeadLetterWithoutTopic":  {inbox.WithDeadLetter(&testkit.RecordingPublisher{}, "")},
 		"DeadLetterWithNilPub":    {inbox.WithDeadLetter(nil, "dlq")},
 		"ZeroMaxIDLength":         {inbox.WithMaxIDLength(0)},
 		"MaxIDLengthPastTheIndex": {inbox.WithMaxIDLength(5000)},

@@ -14,8 +14,8 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // The modes' paths that the driver suite (inboxtest) does not take: a claim that loses a lock conflict, a consumers
@@ -25,7 +25,7 @@ import (
 // withLockTimeout returns dsn with lock_timeout set to d in its sessions' options.
 func withLockTimeout(t testing.TB, dsn string, d time.Duration) string {
 	t.Helper()
-	return inboxtest.WithSessionOptions(t, dsn, "-c lock_timeout="+d.String())
+	return testkit.WithSessionOptions(t, dsn, "-c lock_timeout="+d.String())
 }
 
 // holdRow inserts the inbox row of (consumer, id) in a transaction it leaves open, so that a claim of the same row

@@ -15,8 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestOptions_MisuseIsAnErrorAtConstruction(t *testing.T) {
@@ -93,7 +93,7 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := newBundle(t)
-			dlq := &inboxtest.RecordingPublisher{}
+			dlq := &testkit.RecordingPublisher{}
 			pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = pubsub.Close() })
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -109,8 +109,8 @@ func TestMiddleware_AHandlerNameThatCannotBeAConsumerNameIsNackedNotDeadLettered
 			router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table), inbox.WithLogger(b.Logs),
 				inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(20*time.Millisecond)))
 			var calls atomic.Int64
-			router.AddConsumerHandler(handler, "deposits", pubsub, inboxtest.NoPublish(b.Credit(100, &calls)))
-			inboxtest.RunRouter(t, router)
+			router.AddConsumerHandler(handler, "deposits", pubsub, testkit.NoPublish(b.Credit(100, &calls)))
+			testkit.RunRouter(t, router)
 			require.NoError(t, pubsub.Publish("deposits", newMsg("evt-1")))
 
 			for range 2 { // the first delivery and a redelivery

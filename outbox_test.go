@@ -12,8 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // Inbox, then outbox: the handler's outgoing event is written on the inbox transaction by watermill-sql's
@@ -41,7 +41,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 	b := newBundle(t)
 	outboxTopic := newSQLTopic(t, b.db)
 	require.NoError(t, newSQLSubscriber(t, b.db, "relay").SubscribeInitialize(outboxTopic)) // a tx publisher cannot create tables
-	deposits, credited := inboxtest.NewGoChannel(t), inboxtest.NewGoChannel(t)
+	deposits, credited := testkit.NewGoChannel(t), testkit.NewGoChannel(t)
 
 	// The wallet consumer: credit, and write the "credited" event to the outbox, in one transaction.
 	wallet, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -59,7 +59,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 		pub := inbox.EventIDPublisher(forwarder.NewPublisher(outbox, forwarder.PublisherConfig{ForwarderTopic: outboxTopic}), "")
 		return pub.Publish("credited", message.NewMessage(watermill.NewUUID(), []byte(`{"account_id":1}`)))
 	})
-	inboxtest.RunRouter(t, wallet)
+	testkit.RunRouter(t, wallet)
 
 	// The next consumer downstream, with an inbox of its own.
 	notifications := &recordingLogger{}
@@ -71,7 +71,7 @@ func TestInboxThenOutbox_ACrashBeforeTheRelayLosesNothingAndTheRelaysResendIsSki
 		sent.Add(1)
 		return nil
 	})
-	inboxtest.RunRouter(t, notifier)
+	testkit.RunRouter(t, notifier)
 
 	require.NoError(t, deposits.Publish("deposits", newMsg("evt-1")))
 	// The relay is down (crashed, or not started yet): the event waits in the outbox, committed with the credit.

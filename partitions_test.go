@@ -19,8 +19,8 @@ import (
 	"github.com/effectively-once/watermill-inbox/dialect"
 	"github.com/effectively-once/watermill-inbox/dialect/postgres"
 	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 	"github.com/effectively-once/watermill-inbox/observe"
 )
 
@@ -45,7 +45,7 @@ func TestPartitions_UUID7FloorIsTheLeastV7OfItsMillisecond(t *testing.T) {
 // partitioned migrates a fresh inbox table partitioned by hour and returns it with its options.
 func partitioned(t testing.TB, db *sql.DB) (string, []inbox.SharedOption) {
 	t.Helper()
-	table := inboxtest.UniqueName("inbox_parts")
+	table := testkit.UniqueName("inbox_parts")
 	t.Cleanup(func() {
 		dropInboxTables(db, table)
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_effects`)
@@ -301,7 +301,7 @@ func TestPartitions_RowsMovedOutOfTheDefaultPartitionKeepTheirFingerprints(t *te
 	t.Parallel()
 	ctx := context.Background()
 	db := openDB(t)
-	table := inboxtest.UniqueName("inbox_parts_fp")
+	table := testkit.UniqueName("inbox_parts_fp")
 	t.Cleanup(func() { dropInboxTables(db, table) })
 	conflicts := &conflictCounter{}
 	opts := []inbox.SharedOption{inbox.WithTable(table), inbox.WithIDType(inbox.IDTypeUUID),

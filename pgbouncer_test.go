@@ -17,7 +17,7 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // openVia connects with driver to dsn, failing the test when it cannot, and closes the pool when the test ends.
@@ -39,10 +39,10 @@ var driversBehindPgbouncer = []string{"postgres"}
 
 func TestPgbouncer_StatementsOutsideATransactionRunOnDifferentServerConnections(t *testing.T) {
 	t.Parallel()
-	db := openVia(t, "postgres", inboxtest.StartPgbouncer(t, testDSN(), "postgres"))
+	db := openVia(t, "postgres", testkit.StartPgbouncer(t, testDSN(), "postgres"))
 	db.SetMaxOpenConns(1) // one client connection: every difference below comes from the pooler
 	pids := map[int]bool{}
-	for range 4 * inboxtest.PgbouncerPoolSize {
+	for range 4 * testkit.PgbouncerPoolSize {
 		var pid int
 		require.NoError(t, db.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
 		pids[pid] = true
@@ -63,7 +63,7 @@ func TestPgbouncer_StatementsOutsideATransactionRunOnDifferentServerConnections(
 
 func TestCleanup_BehindATransactionPoolingProxyNoRoundIsSkipped(t *testing.T) {
 	t.Parallel()
-	dsn := inboxtest.StartPgbouncer(t, testDSN(), "postgres")
+	dsn := testkit.StartPgbouncer(t, testDSN(), "postgres")
 	for _, driver := range driversBehindPgbouncer {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
@@ -83,7 +83,7 @@ func TestCleanup_BehindATransactionPoolingProxyNoRoundIsSkipped(t *testing.T) {
 
 func TestOperations_WorkBehindATransactionPoolingProxy(t *testing.T) {
 	t.Parallel()
-	dsn := inboxtest.StartPgbouncer(t, testDSN(), "postgres")
+	dsn := testkit.StartPgbouncer(t, testDSN(), "postgres")
 	for _, driver := range driversBehindPgbouncer {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
@@ -117,7 +117,7 @@ func TestOperations_WorkBehindATransactionPoolingProxy(t *testing.T) {
 
 func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *testing.T) {
 	t.Parallel()
-	dsn := inboxtest.StartPgbouncer(t, testDSN(), "postgres")
+	dsn := testkit.StartPgbouncer(t, testDSN(), "postgres")
 	for _, driver := range driversBehindPgbouncer {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
@@ -126,8 +126,8 @@ func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *te
 			ib, err := inbox.New(proxied, inbox.WithTable(b.Table), inbox.WithConsumer("wallet-credits"), inbox.WithLogger(b.Logs))
 			require.NoError(t, err)
 			var calls atomic.Int64
-			ids := inboxtest.EventIDs("evt", 40)
-			requireNoErrors(t, inboxtest.DeliverCopies(t, ib.Middleware(b.Credit(1, &calls)), ids, 3))
+			ids := testkit.EventIDs("evt", 40)
+			requireNoErrors(t, testkit.DeliverCopies(t, ib.Middleware(b.Credit(1, &calls)), ids, 3))
 			require.Equal(t, len(ids), b.Balance(t), "each event credited once")
 			require.EqualValues(t, len(ids), calls.Load(), "and its handler ran once")
 			b.requireAllDone(t, "wallet-credits", len(ids))
@@ -139,9 +139,9 @@ func TestTransactionMode_BehindATransactionPoolingProxyEachEffectLandsOnce(t *te
 // waits, kills that process as a test timeout would, and checks that the pooler is gone with it: a pooler left
 // behind keeps its connections to PostgreSQL open after the tests.
 func TestPgbouncer_ThePoolerDiesWithTheTestProcess(t *testing.T) {
-	inboxtest.SkipWhenShort(t, "PostgreSQL") // here, not only in StartPgbouncer: the child this starts runs without -short
+	testkit.SkipWhenShort(t, "PostgreSQL") // here, not only in StartPgbouncer: the child this starts runs without -short
 	if os.Getenv("INBOX_TEST_HOLD_PGBOUNCER") == "1" {
-		fmt.Printf("pooler=%s\n", inboxtest.StartPgbouncer(t, testDSN(), "postgres"))
+		fmt.Printf("pooler=%s\n", testkit.StartPgbouncer(t, testDSN(), "postgres"))
 		time.Sleep(time.Minute) // killed long before
 		return
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // produceTwo is a handler that credits account 1 (in transaction mode) and returns two messages with fresh random
@@ -146,7 +146,7 @@ func TestProducedMessages_ReplayedWithTheShapeTheyHad(t *testing.T) {
 
 func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop(t *testing.T) {
 	t.Parallel()
-	dlq := &inboxtest.RecordingPublisher{}
+	dlq := &testkit.RecordingPublisher{}
 	ib, b := setup(t, inbox.WithDeadLetter(dlq, "deposits.dlq"))
 	// A limit of the operator's stands for any value the column refuses.
 	_, err := b.db.Exec(`ALTER TABLE ` + b.Table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
@@ -171,7 +171,7 @@ func TestProducedMessages_ThatTheDatabaseRefusesAreDeadLetteredNotRetriedInALoop
 
 func TestProducedMessages_ThatTheDatabaseRefusesInLeaseModeAreDeadLetteredOnce(t *testing.T) {
 	t.Parallel()
-	dlq := &inboxtest.RecordingPublisher{}
+	dlq := &testkit.RecordingPublisher{}
 	ib, b := setup(t, inbox.WithLease(time.Minute), inbox.WithDeadLetter(dlq, "payments.dlq"))
 	_, err := b.db.Exec(`ALTER TABLE ` + b.Table + `_produced ADD CONSTRAINT small CHECK (length(produced::text) < 200)`)
 	require.NoError(t, err)

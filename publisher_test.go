@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestEventIDPublisher(t *testing.T) {
@@ -19,7 +19,7 @@ func TestEventIDPublisher(t *testing.T) {
 
 	t.Run("StampsTheUUIDWhenTheProducerSetNoID", func(t *testing.T) {
 		t.Parallel()
-		rec := &inboxtest.RecordingPublisher{}
+		rec := &testkit.RecordingPublisher{}
 		msg := message.NewMessage(watermill.NewUUID(), nil)
 		require.NoError(t, inbox.EventIDPublisher(rec, "").Publish("deposits", msg))
 		require.Equal(t, msg.UUID, rec.Messages("deposits")[0].Metadata.Get(inbox.DefaultIDMetadataKey))
@@ -27,7 +27,7 @@ func TestEventIDPublisher(t *testing.T) {
 
 	t.Run("KeepsAnIDTheProducerSet", func(t *testing.T) {
 		t.Parallel()
-		rec := &inboxtest.RecordingPublisher{}
+		rec := &testkit.RecordingPublisher{}
 		msg := message.NewMessage(watermill.NewUUID(), nil)
 		msg.Metadata.Set("idempotency_key", "order-42-paid")
 		require.NoError(t, inbox.EventIDPublisher(rec, "idempotency_key").Publish("deposits", msg))
@@ -36,7 +36,7 @@ func TestEventIDPublisher(t *testing.T) {
 
 	t.Run("StampsATimeOrderedUUIDv7WhenAsked", func(t *testing.T) {
 		t.Parallel()
-		rec := &inboxtest.RecordingPublisher{}
+		rec := &testkit.RecordingPublisher{}
 		pub := inbox.EventIDPublisher(rec, "", inbox.StampUUIDv7())
 		first, set := message.NewMessage(watermill.NewUUID(), nil), message.NewMessage(watermill.NewUUID(), nil)
 		set.Metadata.Set(inbox.DefaultIDMetadataKey, "order-42-paid")
@@ -63,13 +63,13 @@ func TestEventIDPublisher(t *testing.T) {
 	t.Run("ARetriedPublishCarriesTheSameIDAndIsAppliedOnce", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		pubsub := inboxtest.NewGoChannel(t)
+		pubsub := testkit.NewGoChannel(t)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		router.AddMiddleware(inbox.Middleware(b.db, inbox.WithTable(b.Table)))
 		var calls atomic.Int64
-		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, inboxtest.NoPublish(b.Credit(100, &calls)))
-		inboxtest.RunRouter(t, router)
+		router.AddConsumerHandler("wallet-credits", "deposits", pubsub, testkit.NoPublish(b.Credit(100, &calls)))
+		testkit.RunRouter(t, router)
 
 		pub := inbox.EventIDPublisher(pubsub, "")
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"amount":100}`))

@@ -12,15 +12,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // freshTable returns an inbox table name that nothing has created yet, and drops whatever the test creates under
 // it when the test ends.
 func freshTable(t *testing.T, db *sql.DB) string {
 	t.Helper()
-	table := inboxtest.UniqueName("inbox_fresh")
+	table := testkit.UniqueName("inbox_fresh")
 	t.Cleanup(func() {
 		_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `_produced, ` + table + `, ` + table + `_migrations, ` + table + `_locks, ` +
 			table + `_consumers CASCADE`)
@@ -120,7 +120,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		table := freshTable(t, db)
-		dlq := &inboxtest.RecordingPublisher{}
+		dlq := &testkit.RecordingPublisher{}
 		const delay = 100 * time.Millisecond
 		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithAutoMigrate(false),
 			inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
@@ -182,7 +182,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		db := openDB(t)
 		table := freshTable(t, db)
 		createOldLayout(t, db, table)
-		dlq := &inboxtest.RecordingPublisher{}
+		dlq := &testkit.RecordingPublisher{}
 		const delay = 50 * time.Millisecond
 		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithAutoMigrate(false),
 			inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
@@ -262,7 +262,7 @@ func TestMiddleware_Schema(t *testing.T) {
 		db := openDB(t)
 		table := freshTable(t, db)
 		createByHand(t, db, table, varchar64)
-		dlq := &inboxtest.RecordingPublisher{}
+		dlq := &testkit.RecordingPublisher{}
 		const delay = 50 * time.Millisecond
 		ib, err := inbox.New(db, inbox.WithTable(table), inbox.WithConsumer("c"), inbox.WithDeadLetter(dlq, "dlq"), inbox.WithRejectDelay(delay))
 		require.NoError(t, err)

@@ -11,12 +11,12 @@ import (
 	"github.com/effectively-once/watermill-inbox/internal/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestMiddleware_TheOneLineWorksBehindPgBouncerInTransactionMode(t *testing.T) {
 	t.Parallel()
-	dsn := inboxtest.StartPgbouncer(t, testDSN(), "postgres")
+	dsn := testkit.StartPgbouncer(t, testDSN(), "postgres")
 	db, err := sql.Open("postgres", dsn) // lib/pq with its defaults: unnamed statements, two round trips each
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })

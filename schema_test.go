@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestMigrate(t *testing.T) {
@@ -21,7 +21,7 @@ func TestMigrate(t *testing.T) {
 	t.Run("ManyInstancesStartingAtOnceApplyEachVersionOnce", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		table := inboxtest.UniqueName("inbox_test")
+		table := testkit.UniqueName("inbox_test")
 		t.Cleanup(func() {
 			_, _ = db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
 				table + `_migrations, ` + table + `_consumers CASCADE`)
@@ -119,7 +119,7 @@ func TestMigrate(t *testing.T) {
 	t.Run("DownRevertsUp", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		table := inboxtest.UniqueName("inbox_test")
+		table := testkit.UniqueName("inbox_test")
 		ms, err := inbox.OnSQL(nil).Migrations(inbox.WithTable(table))
 		require.NoError(t, err)
 		for _, m := range ms {

@@ -3,14 +3,14 @@ package inbox_test
 import (
 	"testing"
 
-	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
-// The security tests over lib/pq: inboxtest.PostgresSecurity says what they prove. The fuzz tests run with
+// The security tests over lib/pq: testkit.PostgresSecurity says what they prove. The fuzz tests run with
 // go test -run '^$' -fuzz FuzzSecurity_EventID -fuzztime 60s . (and the same for the other two).
-func libpqSecurity() inboxtest.PostgresSecurity {
-	return inboxtest.PostgresSecurity{DSN: testDSN(), Driver: testDriver, Open: func(t testing.TB, dsn string) inboxtest.SessionConn {
-		return inboxtest.StdSQLSession(inboxtest.OpenSessionDB(t, testDriver, dsn, 1))
+func libpqSecurity() testkit.PostgresSecurity {
+	return testkit.PostgresSecurity{DSN: testDSN(), Driver: testDriver, Open: func(t testing.TB, dsn string) testkit.SessionConn {
+		return testkit.StdSQLSession(testkit.OpenSessionDB(t, testDriver, dsn, 1))
 	}}
 }
 

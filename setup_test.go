@@ -13,12 +13,12 @@ import (
 	_ "github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // testDSN is the PostgreSQL the tests run against: INBOX_TEST_DATABASE_URL, or this machine's default.
-func testDSN() string { return inboxtest.PostgresDatabase(testDriver).DSN() }
+func testDSN() string { return testkit.PostgresDatabase(testDriver).DSN() }
 
 // testDriver is the database/sql driver the tests in this package use: lib/pq. The pgxinbox module runs the same
 // behaviour suite, and the tests behind pgbouncer, with pgx's database/sql driver and with pgx itself.
@@ -28,7 +28,7 @@ const testDriver = "postgres"
 // against the real PostgreSQL and mean nothing without it.
 func openDB(t testing.TB) *sql.DB {
 	t.Helper()
-	inboxtest.SkipWhenShort(t, "PostgreSQL")
+	testkit.SkipWhenShort(t, "PostgreSQL")
 	db, err := sql.Open(testDriver, testDSN())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -44,7 +44,7 @@ func openDB(t testing.TB) *sql.DB {
 
 // exampleDB opens the test database for an Example and returns a table name no other test uses, with a function
 // that drops every object the inbox and the Example create under that name. Under -short the Examples do not run
-// (see inboxtest.LeaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
+// (see testkit.LeaveOutExamplesWhenShort); without it an unreachable database is an error, which the Example prints, so
 // that its output does not match and go test fails loudly.
 func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 	db, err = sql.Open(testDriver, testDSN())
@@ -57,7 +57,7 @@ func exampleDB() (db *sql.DB, table string, drop func(), err error) {
 		db.Close()
 		return nil, "", nil, fmt.Errorf("PostgreSQL is not reachable at %s (set INBOX_TEST_DATABASE_URL): %w", testDSN(), err)
 	}
-	table = inboxtest.UniqueName("inbox_example")
+	table = testkit.UniqueName("inbox_example")
 	drop = func() {
 		_, err := db.Exec(`DROP TABLE IF EXISTS ` + table + `, ` + table + `_produced, ` + table + `_locks, ` +
 			table + `_migrations, ` + table + `_consumers, ` + table + `_accounts CASCADE`)
@@ -93,10 +93,10 @@ func maintenanceOptions(shared []inbox.SharedOption) []inbox.MaintenanceOption {
 	return out
 }
 
-// testBundle is the shared fixture (inboxtest.Wallet: an inbox table, account 1 at balance 0, a non-idempotent
+// testBundle is the shared fixture (testkit.Wallet: an inbox table, account 1 at balance 0, a non-idempotent
 // Credit handler, a recording logger) over lib/pq, with the *sql.DB and the options the Inbox was built with.
 type testBundle struct {
-	*inboxtest.Wallet
+	*testkit.Wallet
 	db   *sql.DB
 	opts []inbox.Option // the options the Inbox was built with, to build another over the same table
 }
@@ -116,7 +116,7 @@ func setup(t testing.TB, opts ...inbox.Option) (*inbox.Inbox, *testBundle) {
 func newBundle(t testing.TB) *testBundle {
 	t.Helper()
 	db := openDB(t)
-	return &testBundle{Wallet: inboxtest.NewWallet(t, inboxtest.StdSQL(db, inbox.OnSQL(db), inboxtest.PostgreSQL)), db: db}
+	return &testBundle{Wallet: testkit.NewWallet(t, testkit.StdSQL(db, inbox.OnSQL(db), testkit.PostgreSQL)), db: db}
 }
 
 // newMsg returns a message carrying eventID under the default metadata key, with a fresh UUID as a broker's
@@ -129,13 +129,13 @@ func newMsg(eventID string) *message.Message {
 }
 
 // recordingLogger is the behaviour suite's, which every driver's tests share.
-type recordingLogger = inboxtest.RecordingLogger
+type recordingLogger = testkit.RecordingLogger
 
 // newSQLTopic returns a topic name of watermill-sql's PostgreSQL pub/sub that no other test uses, and drops its
 // tables when the test ends.
 func newSQLTopic(t testing.TB, db *sql.DB) string {
 	t.Helper()
-	topic := inboxtest.UniqueName("inbox_topic")
+	topic := testkit.UniqueName("inbox_topic")
 	t.Cleanup(func() {
 		if t.Failed() {
 			logXminHolders(t, db)

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestEndDelaysOnClose(t *testing.T) {
@@ -59,7 +59,7 @@ func TestEndDelaysOnClose(t *testing.T) {
 	t.Run("ARouterCloseEndsTheHoldBackOfAMessageThatArrivedWithoutASchema", func(t *testing.T) {
 		t.Parallel()
 		logs := &recordingLogger{}
-		mw := inbox.Middleware(openDB(t), inbox.WithTable(inboxtest.UniqueName("inbox_absent")), inbox.WithAutoMigrate(false),
+		mw := inbox.Middleware(openDB(t), inbox.WithTable(testkit.UniqueName("inbox_absent")), inbox.WithAutoMigrate(false),
 			inbox.WithRejectDelay(10*time.Minute), inbox.WithLogger(logs))
 		calls, err := closeWhileHeld(t, mw, logs, "Inbox cannot apply messages;", newMsg("evt-1"))
 		require.NoError(t, err, "Close returned within its timeout")

@@ -14,8 +14,8 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/driver"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
@@ -39,7 +39,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 			_, err := b.Credit(100, &calls)(msg)
 			return err
 		})
-		inboxtest.RunRouter(t, router)
+		testkit.RunRouter(t, router)
 
 		require.NoError(t, pub.Publish(topic, newMsg("evt-1"), newMsg("evt-1"), newMsg("evt-2")))
 		require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 2 && len(b.Logs.Find("skipped duplicate")) == 1 },
@@ -66,7 +66,7 @@ func TestMiddleware_WatermillSQLSubscriber(t *testing.T) {
 			}
 			return nil
 		})
-		inboxtest.RunRouter(t, router)
+		testkit.RunRouter(t, router)
 
 		require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 		require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
@@ -94,7 +94,7 @@ func TestMiddleware_WatermillSQLSubscriberRedeliversInTheSameTransaction(t *test
 		_, err := b.Credit(100, nil)(msg)
 		return err
 	})
-	inboxtest.RunRouter(t, router)
+	testkit.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 	require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
@@ -123,7 +123,7 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 				<-msg.Context().Done() // a long call, interrupted by the shutdown
 				return msg.Context().Err()
 			})
-			inboxtest.RunRouter(t, first)
+			testkit.RunRouter(t, first)
 			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 			<-started
 			require.NoError(t, first.Close())
@@ -134,8 +134,8 @@ func TestMiddleware_RouterShutdownMidHandlerRollsBackAndLosesNothing(t *testing.
 			second, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
 			second.AddMiddleware(mw)
-			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), inboxtest.NoPublish(b.Credit(100, nil)))
-			inboxtest.RunRouter(t, second)
+			second.AddConsumerHandler("wallet-credits", topic, newSQLSubscriber(t, b.db, "wallet"), testkit.NoPublish(b.Credit(100, nil)))
+			testkit.RunRouter(t, second)
 			require.Eventually(t, func() bool { return b.Rows(t, "wallet-credits") == 1 }, 10*time.Second, 20*time.Millisecond)
 			require.Equal(t, 100, b.Balance(t))
 		})
@@ -167,7 +167,7 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 				_, err := b.Credit(100, &calls)(msg)
 				return err
 			})
-			inboxtest.RunRouter(t, router)
+			testkit.RunRouter(t, router)
 
 			require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 			if opts == nil {
@@ -191,7 +191,7 @@ func TestMiddleware_ASubscriberTransactionNoJoinerFindsIsHeldBackNotLeftBehind(t
 // database is dropped when the test ends.
 func otherDatabase(t *testing.T, db *sql.DB) *sql.DB {
 	t.Helper()
-	name := inboxtest.UniqueName("inbox_other")
+	name := testkit.UniqueName("inbox_other")
 	_, err := db.Exec(`CREATE DATABASE ` + name)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -235,7 +235,7 @@ func TestMiddleware_ASubscriberOnAnotherDatabaseIsHeldBackNamingTheOption(t *tes
 				_, err := b.Credit(100, &calls)(msg)
 				return err
 			})
-			inboxtest.RunRouter(t, router)
+			testkit.RunRouter(t, router)
 
 			require.NoError(t, newSQLPublisher(t, other).Publish(topic, newMsg("evt-1")))
 			if opts == nil {

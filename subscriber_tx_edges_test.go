@@ -18,8 +18,8 @@ import (
 	"github.com/lib/pq"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
@@ -66,7 +66,7 @@ func TestSubscriberTx_ARedeliveryLeavesNoSavepointBehind(t *testing.T) {
 		}
 		return nil
 	})
-	inboxtest.RunRouter(t, router)
+	testkit.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 	select {
@@ -98,7 +98,7 @@ func TestSubscriberTx_TwoConsumerGroupsSharingAConsumerNameDoNotStall(t *testing
 			return err
 		})
 	}
-	inboxtest.RunRouter(t, router)
+	testkit.RunRouter(t, router)
 
 	const events = 40
 	pub := newSQLPublisher(t, b.db)
@@ -130,7 +130,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 	db := sql.OpenDB(commitAtDoneConnector{d: d, dsn: testDSN()})
 	t.Cleanup(func() { db.Close() })
 	topic := newSQLTopic(t, b.db)
-	out := &inboxtest.RecordingPublisher{}
+	out := &testkit.RecordingPublisher{}
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
 	router.AddMiddleware(inbox.Middleware(db, inbox.WithTable(b.Table), inbox.WithLogger(b.Logs)))
@@ -147,7 +147,7 @@ func TestSubscriberTx_ACommitBetweenDoneAndProducedLosesNoProducedMessage(t *tes
 		return []*message.Message{message.NewMessage(watermill.NewUUID(), []byte("credited"))}, nil
 	})
 	d.armed.Store(true)
-	inboxtest.RunRouter(t, router)
+	testkit.RunRouter(t, router)
 
 	require.NoError(t, newSQLPublisher(t, b.db).Publish(topic, newMsg("evt-1")))
 	require.Eventually(t, func() bool { return len(out.Messages("credited")) > 0 }, 20*time.Second, 20*time.Millisecond,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // trips counts the round trips of every connection a lib/pq database dialled through it: a turn of the
@@ -25,7 +25,7 @@ type trips struct {
 // openCountedDB opens the test database over lib/pq with its connections counted by t.
 func openCountedDB(tb testing.TB, t *trips) *sql.DB {
 	tb.Helper()
-	inboxtest.SkipWhenShort(tb, "PostgreSQL")
+	testkit.SkipWhenShort(tb, "PostgreSQL")
 	connector, err := pq.NewConnector(testDSN())
 	require.NoError(tb, err)
 	connector.Dialer(tripDialer{t})

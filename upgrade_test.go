@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	inbox "github.com/effectively-once/watermill-inbox"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate fills an inbox table of the layout before migration 007
@@ -41,7 +41,7 @@ func TestMigrate_TheCompactLayoutKeepsEveryOldRowADuplicate(t *testing.T) {
 func testUpgrade(t *testing.T, idType inbox.IDType, partitioned bool) {
 	ctx := context.Background()
 	db := openDB(t)
-	table := inboxtest.UniqueName("inbox_upgrade")
+	table := testkit.UniqueName("inbox_upgrade")
 	t.Cleanup(func() { dropInboxTables(db, table) })
 	opts := []inbox.SharedOption{inbox.WithTable(table), inbox.WithIDType(idType)}
 	maint := maintenanceOptions(opts)
@@ -232,7 +232,7 @@ func applyPreviousLayout(t *testing.T, exec func(string, ...any) (sql.Result, er
 
 // dropInboxTables drops the inbox table and everything the inbox made beside it.
 func dropInboxTables(db *sql.DB, table string) {
-	for _, q := range inboxtest.PostgreSQL.DropInbox(table) {
+	for _, q := range testkit.PostgreSQL.DropInbox(table) {
 		_, _ = db.Exec(q)
 	}
 }
@@ -247,7 +247,7 @@ type storedProduced struct {
 // layout, so it is what the previous release stored for the same message.
 func producedAsStored(t *testing.T, db *sql.DB, consumer, id string, idType inbox.IDType) storedProduced {
 	t.Helper()
-	scratch := inboxtest.UniqueName("inbox_scratch")
+	scratch := testkit.UniqueName("inbox_scratch")
 	t.Cleanup(func() { dropInboxTables(db, scratch) })
 	ib, err := inbox.New(db, inbox.WithTable(scratch), inbox.WithIDType(idType), inbox.WithConsumer(consumer))
 	require.NoError(t, err)

@@ -6,10 +6,10 @@ import (
 
 	_ "github.com/lib/pq"
 
-	"github.com/effectively-once/watermill-inbox/inboxtest"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // TestMain runs the tests in a database of their own, dropped at the end.
 func TestMain(m *testing.M) {
-	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
+	os.Exit(testkit.RunInOwnDatabases(m, testkit.PostgresDatabase("postgres")))
 }

@@ -8,6 +8,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/effectively-once/watermill-inbox v0.1.0
+	github.com/effectively-once/watermill-inbox/inboxtest v0.1.0
 	github.com/lib/pq v1.12.3
 	github.com/stretchr/testify v1.11.1
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c

@@ -18,13 +18,13 @@ import (
 
 	inbox "github.com/effectively-once/watermill-inbox"
 	"github.com/effectively-once/watermill-inbox/inboxcheck"
-	"github.com/effectively-once/watermill-inbox/inboxtest"
 	"github.com/effectively-once/watermill-inbox/internal/require"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	inboxtest.LeaveOutExamplesWhenShort()
-	os.Exit(inboxtest.RunInOwnDatabases(m, inboxtest.PostgresDatabase("postgres")))
+	testkit.LeaveOutExamplesWhenShort()
+	os.Exit(testkit.RunInOwnDatabases(m, testkit.PostgresDatabase("postgres")))
 }
 
 // wallet is a test's database and its accounts table: account 1 and 2, at balance 0.

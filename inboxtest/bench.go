@@ -1,135 +1,31 @@
 package inboxtest
 
 import (
-	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	inbox "github.com/effectively-once/watermill-inbox"
+	"github.com/effectively-once/watermill-inbox/internal/testkit"
 )
 
 // InFlightCounts returns the numbers of messages in flight the throughput benchmarks run at: one, a few partitions,
 // a prefetch window, and as many as one batch holds.
-func InFlightCounts() []int { return []int{1, 4, 8, 64} }
+func InFlightCounts() []int { return testkit.InFlightCounts() }
 
 // InFlight runs handle b.N times from n goroutines at once, as a router with n messages in flight would, and
 // reports msgs/s. handle gets the message's number, unique within the benchmark run.
-func InFlight(b *testing.B, n int, handle func(i int) error) {
-	b.Helper()
-	var next atomic.Int64
-	var failed atomic.Pointer[error]
-	start := time.Now()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) || failed.Load() != nil {
-					return
-				}
-				if err := handle(int(i)); err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-}
+func InFlight(b *testing.B, n int, handle func(i int) error) { testkit.InFlight(b, n, handle) }
 
 // ThroughputTarget is one driver's part in Throughput.
-type ThroughputTarget struct {
-	// Bare is a consumer without an inbox: BEGIN, the effect on account, COMMIT.
-	Bare func(ctx context.Context, account int) error
-	// New builds an Inbox over the driver's database with opts.
-	New func(opts ...inbox.Option) (*inbox.Inbox, error)
-	// Effect is the handler's effect on account, on the transaction in the message's context.
-	Effect func(msg *message.Message, account int) error
-	// Accounts is how many accounts the effects spread over (1 to Accounts): enough that messages in flight
-	// rarely wait for one another's row locks.
-	Accounts int
-}
+type ThroughputTarget = testkit.ThroughputTarget
 
 // Throughput compares, at each of InFlightCounts, a consumer without an inbox (bare), the inbox per message
 // (inbox) and in batch mode (batch), with a zero-work handler whose effect is one UPDATE. Read msgs/s as ratios
 // within one run.
-func Throughput(b *testing.B, t ThroughputTarget) {
-	b.Helper()
-	ctx := context.Background()
-	run := "r" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-	handler := func(msg *message.Message) ([]*message.Message, error) {
-		n, _ := strconv.Atoi(msg.Metadata.Get("n"))
-		return nil, t.Effect(msg, 1+n%t.Accounts)
-	}
-	modes := []struct {
-		name string
-		opts []inbox.Option
-	}{
-		{"inbox", nil},
-		{"batch", []inbox.Option{inbox.WithBatch(0, inbox.MaxBatchSize)}},
-	}
-	for _, inFlight := range InFlightCounts() {
-		b.Run(fmt.Sprintf("bare/inflight=%d", inFlight), func(b *testing.B) {
-			InFlight(b, inFlight, func(i int) error { return t.Bare(ctx, 1+i%t.Accounts) })
-		})
-		for _, mode := range modes {
-			ib, err := t.New(append([]inbox.Option{inbox.WithConsumer("bench-" + mode.name)}, mode.opts...)...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := ib.Middleware(handler)
-			b.Run(fmt.Sprintf("%s/inflight=%d", mode.name, inFlight), func(b *testing.B) {
-				prefix := run + strconv.Itoa(inFlight) + "-" + strconv.Itoa(b.N) + "-"
-				InFlight(b, inFlight, func(i int) error {
-					msg := NewMessage(prefix + strconv.Itoa(i))
-					msg.Metadata.Set("n", strconv.Itoa(i))
-					_, err := h(msg)
-					return err
-				})
-			})
-		}
-	}
-}
+func Throughput(b *testing.B, t ThroughputTarget) { testkit.Throughput(b, t) }
 
 // StdSQLThroughput is the ThroughputTarget of a database/sql database: effect is one UPDATE of account ($1, or ?
 // for MySQL), run without an inbox in a transaction of its own, and by the handler on the inbox's *sql.Tx.
 func StdSQLThroughput(db *sql.DB, accounts int, effect string, newInbox func(opts ...inbox.Option) (*inbox.Inbox, error)) ThroughputTarget {
-	return ThroughputTarget{
-		Accounts: accounts,
-		New:      newInbox,
-		Bare: func(ctx context.Context, account int) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, effect, account); err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-			return tx.Commit()
-		},
-		Effect: func(msg *message.Message, account int) error {
-			tx, ok := inbox.TxFromContext(msg.Context())
-			if !ok {
-				return errors.New("no database/sql transaction in the handler's context")
-			}
-			_, err := tx.ExecContext(msg.Context(), effect, account)
-			return err
-		},
-	}
+	return testkit.StdSQLThroughput(db, accounts, effect, newInbox)
 }

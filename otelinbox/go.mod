@@ -5,6 +5,7 @@ go 1.24.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/effectively-once/watermill-inbox v0.1.0
+	github.com/effectively-once/watermill-inbox/inboxtest v0.1.0
 	github.com/lib/pq v1.12.3
 	github.com/stretchr/testify v1.11.1
 	go.opentelemetry.io/otel v1.41.0

@@ -1,4 +1,4 @@
-package inboxtest
+package testkit
 
 import (
 	"context"
