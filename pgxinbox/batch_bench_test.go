@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,13 +61,18 @@ func BenchmarkRouterBatch(b *testing.B) {
 }
 
 // inboxInMode returns an inbox on table per message (mode "message") or in batch mode ("batch", with
-// WithBatch(time.Millisecond, MaxBatchSize), as the README shows it), under a consumer name of its own.
+// WithBatch(time.Millisecond, MaxBatchSize), as the README shows it), under a consumer name of its own. A mode
+// ending in "-plainbegin" is the same over pgxinbox.PlainBegin(pool), with the deferred transactions switched off.
 func inboxInMode(b *testing.B, pool *pgxpool.Pool, table, mode string, runs *atomic.Int64) *inbox.Inbox {
 	opts := []inbox.Option{inbox.WithTable(table), inbox.WithConsumer(fmt.Sprintf("bench-%s-%d", mode, runs.Add(1)))}
+	var p pgxinbox.Beginner = pool
+	if m, ok := strings.CutSuffix(mode, "-plainbegin"); ok {
+		mode, p = m, pgxinbox.PlainBegin(pool)
+	}
 	if mode == "batch" {
 		opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
 	}
-	ib, err := pgxinbox.New(pool, opts...)
+	ib, err := pgxinbox.New(p, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,8 +83,10 @@ func inboxInMode(b *testing.B, pool *pgxpool.Pool, table, mode string, runs *ato
 // without an inbox on the same router, GoChannel and publishers: mode=none, whose handler does nothing and touches
 // no database, is what the router, the GoChannel and the benchmark's publishers cost on their own (the floor under
 // every mode); mode=autocommit runs the handlers' UPDATE on the pool, one statement in its own implicit
-// transaction and one round trip a message, with no claim: a consumer that applies a redelivered copy twice. The
-// four modes of one count in flight run back to back; read their ratios, and repeat whole runs:
+// transaction and one round trip a message, with no claim: a consumer that applies a redelivered copy twice.
+// mode=message-plainbegin and mode=batch-plainbegin are the two inbox modes over pgxinbox.PlainBegin(pool), whose
+// transactions begin with BeginTx, against the deferred transactions of mode=message and mode=batch. The six modes
+// of one count in flight run back to back; read their ratios, and repeat whole runs:
 //
 //	go test -run '^$' -bench RouterWithoutInbox -benchtime 20000x .
 func BenchmarkRouterWithoutInbox(b *testing.B) {
@@ -86,7 +94,7 @@ func BenchmarkRouterWithoutInbox(b *testing.B) {
 	pool, bundle, update := benchAccounts(b, &trips)
 	var runs atomic.Int64
 	for _, inFlight := range []int{8, 64, 256} {
-		for _, mode := range []string{"none", "autocommit", "message", "batch"} {
+		for _, mode := range []string{"none", "autocommit", "message", "message-plainbegin", "batch", "batch-plainbegin"} {
 			b.Run(fmt.Sprintf("inflight=%d/mode=%s", inFlight, mode), func(b *testing.B) {
 				switch mode {
 				case "none":

@@ -84,7 +84,7 @@ func (t *deferredTx) rollbackToSeat(ctx context.Context, seat int) error {
 // statement failed and left the transaction aborted. Once its handler returned (Close) it refuses every statement
 // (driver.ErrHandlerReturned), and the results the handler left open are closed.
 type memberView struct {
-	tx    *deferredTx
+	tx    pgx.Tx // the batch's transaction: a deferredTx, or a Beginner's of its own
 	first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error)
 	take  func()
 
@@ -445,5 +445,5 @@ func (v *memberView) LargeObjects() pgx.LargeObjects { return largeObjects(v) }
 
 func (v *memberView) Conn() *pgx.Conn {
 	v.take()
-	return v.tx.conn
+	return v.tx.Conn()
 }

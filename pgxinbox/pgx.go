@@ -18,7 +18,7 @@ import (
 // sends BEGIN together with the transaction's first statement, the claim, saving a round trip per message (see
 // deferredTx). The handler's pgx.Tx behaves as pgx's own; a pgx tracer sees BEGIN and the claim as one batch, and
 // in batch mode the members' first statements, each after its savepoint, as batches of several. Any other
-// Beginner's transactions begin as it begins them.
+// Beginner's transactions begin as it begins them. PlainBegin switches the saving off.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
@@ -39,11 +39,19 @@ func Pool(p Beginner) driver.Pool {
 	if isNil(p) {
 		return pool{}
 	}
-	maxConns := 0
-	if pp, ok := p.(*pgxpool.Pool); ok {
-		maxConns = int(pp.Config().MaxConns) // fixed when the pool is made; Config copies it, so read it once
+	return pool{p, maxConnsOf(p)}
+}
+
+// maxConnsOf is the limit of connections of a *pgxpool.Pool, itself or behind PlainBegin; 0 (unknown) for anything
+// else. It is fixed when the pool is made, and Config copies it: read it once.
+func maxConnsOf(p Beginner) int {
+	switch p := p.(type) {
+	case *pgxpool.Pool:
+		return int(p.Config().MaxConns)
+	case plainBeginner:
+		return maxConnsOf(p.b)
 	}
-	return pool{p, maxConns}
+	return 0
 }
 
 // isNil reports whether p is nil, or a nil pointer (or map, or func) in a Beginner, which has nothing to begin on.
@@ -79,19 +87,19 @@ type pool struct {
 	maxConns int
 }
 
-// MaxConns is the pool's limit of connections, for a *pgxpool.Pool; 0 (unknown) for anything else.
+// MaxConns is the pool's limit of connections, for a *pgxpool.Pool (see maxConnsOf); 0 (unknown) for anything else.
 func (p pool) MaxConns() int { return p.maxConns }
 
 // TxCaps tells what the transactions the inbox begins on p can do beyond driver.Tx (driver.TxCapser): on a
 // *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, which begin them as deferredTxs, they send a statement with their
-// COMMIT, hold a statement back for the next one, and pipeline batch members' first statements; any other
-// Beginner's do none of it.
+// COMMIT, hold a statement back for the next one, and pipeline batch members' first statements. Behind PlainBegin,
+// and on any other Beginner, they only give batch members their views.
 func (p pool) TxCaps() driver.TxCaps {
 	switch p.b.(type) {
 	case acquirer, *pgxpool.Conn, *pgx.Conn:
 		return deferredCaps
 	}
-	return driver.TxCaps{}
+	return viewCaps
 }
 
 // deferredCaps are the TxCaps of the transactions that Begin begins as deferredTxs: each function takes one.
@@ -113,10 +121,25 @@ var deferredCaps = driver.TxCaps{
 	RollbackToSeat: func(ctx context.Context, tx driver.Tx, seat int) error {
 		return deferredOf(tx).rollbackToSeat(ctx, seat)
 	},
-	// MemberView returns the pgx.Tx of a batch member's handler, whose statements go through first and take.
-	MemberView: func(tx driver.Tx, first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) driver.View {
-		return &memberView{tx: deferredOf(tx), first: first, take: take}
-	},
+	MemberView: memberViewOf,
+}
+
+// viewCaps are the TxCaps of the transactions that save no round trip (PlainBegin's, and any other Beginner's):
+// a batch member's handler still gets its view, which refuses to end the batch and closes when the handler
+// returns.
+var viewCaps = driver.TxCaps{MemberView: memberViewOf}
+
+// memberViewOf returns the pgx.Tx of a batch member's handler, a view of tx (a transaction that Begin began)
+// whose statements go through first and take.
+func memberViewOf(tx driver.Tx, first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) driver.View {
+	var native pgx.Tx
+	switch t := tx.(type) {
+	case *deferredView:
+		native = t.tx()
+	case pgxTx:
+		native = t.tx
+	}
+	return &memberView{tx: native, first: first, take: take}
 }
 
 // deferredOf returns the deferredTx of tx, a transaction that Begin began as one.
@@ -148,7 +171,14 @@ func (p pool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, erro
 		return (*deferredView)(newDeferredTx(b.Conn(), nil, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
 	case *pgx.Conn:
 		return (*deferredView)(newDeferredTx(b, nil, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
+	case plainBeginner:
+		return b.begin(ctx, opts)
 	}
+	return beginTx(ctx, p.b, opts)
+}
+
+// beginTx begins a transaction with b's BeginTx.
+func beginTx(ctx context.Context, b Beginner, opts driver.TxOptions) (driver.Tx, error) {
 	var o pgx.TxOptions
 	if opts.ReadCommitted {
 		o.IsoLevel = pgx.ReadCommitted
@@ -156,7 +186,7 @@ func (p pool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, erro
 	if opts.ReadOnly {
 		o.AccessMode = pgx.ReadOnly
 	}
-	tx, err := p.b.BeginTx(ctx, o)
+	tx, err := b.BeginTx(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -21,6 +22,53 @@ func TestSuite_PgxNative(t *testing.T) {
 		return pgxConn{openPool(t, testDSN())}
 	}))
 }
+
+// TestSuite_PgxNativePlainBegin is TestSuite_PgxNative with the round-trip savings switched off
+// (pgxinbox.PlainBegin): every transaction sends BEGIN on its own, and nothing is pipelined.
+func TestSuite_PgxNativePlainBegin(t *testing.T) {
+	t.Parallel()
+	inboxtest.Run(t, inboxtest.HarnessFunc(func(t testing.TB) inboxtest.Conn {
+		return pgxPlainConn{pgxConn{openPool(t, testDSN())}}
+	}))
+}
+
+// pgxPlainConn is the suite's view of a pgx pool behind pgxinbox.PlainBegin.
+type pgxPlainConn struct{ pgxConn }
+
+func (c pgxPlainConn) Database() *inbox.Database {
+	return pgxinbox.Database(pgxinbox.PlainBegin(c.pool))
+}
+func (c pgxPlainConn) Pool() driver.Pool { return pgxinbox.Pool(pgxinbox.PlainBegin(c.pool)) }
+
+// TestSuite_PgxBeginnerOfItsOwn runs the suite's batch-mode cases over a Beginner that is not one of pgx's, as a
+// user's wrapper of the pool (for tracing, say) is: the inbox begins with its BeginTx, and a batch member's
+// handler still gets a pgx.Tx that refuses to end the batch and closes when the handler returns.
+func TestSuite_PgxBeginnerOfItsOwn(t *testing.T) {
+	t.Parallel()
+	inboxtest.RunCases(t, inboxtest.HarnessFunc(func(t testing.TB) inboxtest.Conn {
+		return pgxOwnConn{pgxConn{openPool(t, testDSN())}}
+	}),
+		"BatchModeNacksOnlyTheFailingMessagesAndAppliesTheOthersOnce",
+		"InBatchModeAHandlerThatSwallowsAFailedStatementCostsOnlyItsOwnMessage",
+		"InBatchModeAHandlerCannotCommitOrRollBackTheBatch",
+		"InBatchModeAGoroutineThatOutlivesItsHandlerCannotWriteIntoTheBatch",
+		"InBatchModeCopiesOfAppliedMessagesReturnTheirProducedMessagesWithoutRunning",
+		"AHandlerThatLeavesARowUnscannedAndProducesMessagesIsAppliedOnceOrDeadLetteredWithTheReason",
+	)
+}
+
+// ownBeginner is a Beginner of the user's: it has the pool's BeginTx and nothing else of it.
+type ownBeginner struct{ pool *pgxpool.Pool }
+
+func (b ownBeginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	return b.pool.BeginTx(ctx, opts)
+}
+
+// pgxOwnConn is the suite's view of a pgx pool behind a Beginner of the user's.
+type pgxOwnConn struct{ pgxConn }
+
+func (c pgxOwnConn) Database() *inbox.Database { return pgxinbox.Database(ownBeginner{c.pool}) }
+func (c pgxOwnConn) Pool() driver.Pool         { return pgxinbox.Pool(ownBeginner{c.pool}) }
 
 // pgxConn is the suite's view of a pgx pool.
 type pgxConn struct{ pool *pgxpool.Pool }

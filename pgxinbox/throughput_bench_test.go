@@ -24,8 +24,8 @@ import (
 //	                 directly, one statement per round trip and prepared, as pgbench -M prepared sends them
 //	kind=middleware  the same claim and UPDATE through pgxinbox's middleware, the UPDATE run by a handler on the
 //	                 pgx.Tx of pgxinbox.TxFromContext
-//	kind=middleware-begintx  the same over a Beginner that is not a pool, whose transactions begin with pgx's own
-//	                 BeginTx: BEGIN is a round trip of its own instead of travelling with the claim
+//	kind=middleware-plainbegin  the same over pgxinbox.PlainBegin(pool), whose transactions begin with pgx's
+//	                 own BeginTx: BEGIN is a round trip of its own instead of travelling with the claim
 //	kind=interleaved the three above in turn on every worker, message by message (see interleaved), and
 //	                 middleware-atcommit: the middleware with WithClaimAtCommit, the claim sent with COMMIT
 //	kind=interleaved-10ms  handlers that work 10 ms before their UPDATE, against a consumer without an inbox that
@@ -89,9 +89,9 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The same inbox over a Beginner that is not a pool: its transactions begin with pgx's own BeginTx, BEGIN a
-	// round trip of its own.
-	beginTx, err := pgxinbox.New(beginTxOnly{pool}, inbox.WithTable(bundle.Table), inbox.WithConsumer("bench-middleware-begintx"))
+	// The same inbox with the deferred transactions switched off: its transactions begin with pgx's own BeginTx,
+	// BEGIN a round trip of its own.
+	plainBegin, err := pgxinbox.New(pgxinbox.PlainBegin(pool), inbox.WithTable(bundle.Table), inbox.WithConsumer("bench-middleware-plainbegin"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,9 +128,9 @@ func benchThroughput(b *testing.B, params map[string]string) {
 				return ceilingMessage(ctx, pool, claim, update, ceilingID, id, account)
 			}
 		},
-		"middleware-begintx":  handle(beginTx, 0),
-		"middleware":          handle(ib, 0),
-		"middleware-atcommit": handle(atCommit, 0),
+		"middleware-plainbegin": handle(plainBegin, 0),
+		"middleware":            handle(ib, 0),
+		"middleware-atcommit":   handle(atCommit, 0),
 	}
 
 	// Handlers that work 10 ms before their statement, against a consumer without an inbox that works as long
@@ -153,7 +153,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 	for _, inflight := range []int{1, 4, 8} {
 		b.Run("inflight="+strconv.Itoa(inflight), func(b *testing.B) {
 			var ceiling float64 // msgs/s of the ceiling's last, reported, run
-			for _, kind := range []string{"ceiling", "middleware-begintx", "middleware"} {
+			for _, kind := range []string{"ceiling", "middleware-plainbegin", "middleware"} {
 				b.Run("kind="+kind, func(b *testing.B) {
 					prefix := fmt.Sprintf("%s-%d-%d-", kind, runs.Add(1), time.Now().UnixNano())
 					accounts := freshAccounts(b, inflight)
@@ -170,7 +170,7 @@ func benchThroughput(b *testing.B, params map[string]string) {
 				})
 			}
 			b.Run("kind=interleaved", func(b *testing.B) {
-				interleaved(b, &trips, []string{"ceiling", "middleware-begintx", "middleware", "middleware-atcommit"}, kinds, freshAccounts(b, 4*inflight), inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
+				interleaved(b, &trips, []string{"ceiling", "middleware-plainbegin", "middleware", "middleware-atcommit"}, kinds, freshAccounts(b, 4*inflight), inflight, fmt.Sprintf("interleaved-%d-%d-", runs.Add(1), time.Now().UnixNano()))
 			})
 			b.Run("kind=interleaved-10ms", func(b *testing.B) {
 				interleaved(b, &trips, []string{"bare-10ms", "middleware-10ms", "middleware-atcommit-10ms"}, kinds, freshAccounts(b, 3*inflight), inflight, fmt.Sprintf("interleaved-10ms-%d-%d-", runs.Add(1), time.Now().UnixNano()))
@@ -219,13 +219,6 @@ func interleaved(b *testing.B, trips *tripCounter, names []string, kinds map[str
 			b.ReportMetric(mean[0]/mean[k], name+"-x-"+names[0])
 		}
 	}
-}
-
-// beginTxOnly hides all of a pool but BeginTx.
-type beginTxOnly struct{ p *pgxpool.Pool }
-
-func (b beginTxOnly) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
-	return b.p.BeginTx(ctx, opts)
 }
 
 // ceilingMessage is one message's work without the inbox, as PostgreSQL's own benchmark would send it: four
