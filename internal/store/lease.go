@@ -32,7 +32,7 @@ func (s *Store) claimLeaseOnce(ctx context.Context, pool driver.Pool, consumer, 
 		var err error
 		c, err = s.leases.ClaimLease(ctx, tx, dialect.LeaseClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Token: token, Lease: lease})
 		if err != nil {
-			return s.wrap("claim lease", consumer, id, err)
+			return s.wrap(opClaimLease, consumer, id, err)
 		}
 		if !c.Claimed || f == nil {
 			return nil
@@ -77,9 +77,10 @@ const (
 )
 
 // String names the write, for errors and logs.
-func (op LeaseOp) String() string {
-	return [...]string{"extend lease", "complete lease", "mark failed", "release lease"}[op]
-}
+func (l LeaseOp) String() string { return l.op().String() }
+
+// op is the write as the Store's errors name it.
+func (l LeaseOp) op() op { return opExtendLease + op(l) }
 
 // leaseStatement returns the dialect's compare-and-set for op.
 func (s *Store) leaseStatement(op LeaseOp) func(context.Context, driver.Executor, dialect.LeaseWriteParams) (bool, error) {
@@ -92,7 +93,7 @@ func (s *Store) leaseStatement(op LeaseOp) func(context.Context, driver.Executor
 // other failure is returned as what it is; the write did not happen, and the caller must not take it for a lost
 // lease. Only CompleteLease stores a value that can be refused for itself: the produced messages.
 func (s *Store) Fenced(ctx context.Context, pool driver.Pool, lop LeaseOp, consumer, id, token string, arg any) error {
-	write, op, stores := s.leaseStatement(lop), lop.String(), lop == CompleteLease
+	write, op, stores := s.leaseStatement(lop), lop.op(), lop == CompleteLease
 	var held bool
 	cid, err := s.ConsumerID(ctx, consumer)
 	if err != nil {

@@ -92,7 +92,7 @@ func (s *Store) Claim(ctx context.Context, tx driver.Tx, consumer, id, state str
 	}
 	claimed, err := s.claims.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
 	if err != nil {
-		return false, s.wrap("claim", consumer, id, err)
+		return false, s.wrap(opClaim, consumer, id, err)
 	}
 	return claimed, nil
 }
@@ -111,7 +111,7 @@ func (s *Store) ClaimFresh(ctx context.Context, tx driver.Tx, consumer, id, stat
 	}
 	claimed, err := s.claims.Claim(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state, Fresh: true})
 	if err != nil {
-		return false, s.wrap("claim", consumer, id, err)
+		return false, s.wrap(opClaim, consumer, id, err)
 	}
 	return claimed, nil
 }
@@ -126,7 +126,7 @@ func (s *Store) ClaimBatch(ctx context.Context, tx driver.Tx, consumer string, i
 	}
 	claimed, err := s.claims.ClaimBatch(ctx, tx, dialect.ClaimBatchParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids, State: StateDone})
 	if err != nil {
-		return nil, s.wrap("batch claim", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
+		return nil, s.wrap(opBatchClaim, consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
 	}
 	return claimed, nil
 }
@@ -138,7 +138,7 @@ func (s *Store) Unclaim(ctx context.Context, tx driver.Tx, consumer, id string) 
 		return err
 	}
 	if err := s.claims.Unclaim(ctx, tx, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id}); err != nil {
-		return s.wrap("give back claim", consumer, id, err)
+		return s.wrap(opGiveBack, consumer, id, err)
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ func (s *Store) Produced(ctx context.Context, q driver.Executor, consumer, id st
 	}
 	state, raw, err := s.claims.ReadRow(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
 	if err != nil {
-		return "", nil, s.wrap("read produced messages", consumer, id, err)
+		return "", nil, s.wrap(opReadProduced, consumer, id, err)
 	}
 	msgs, err = DecodeProduced(consumer, id, raw)
 	return state, msgs, err
@@ -195,7 +195,7 @@ func (s *Store) SaveProduced(ctx context.Context, tx driver.Tx, consumer, id str
 	}
 	err = s.claims.SaveProduced(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
 	if err != nil {
-		return s.wrapProduced("store produced messages", consumer, id, err)
+		return s.wrapProduced(opStoreProduced, consumer, id, err)
 	}
 	return nil
 }
@@ -208,7 +208,7 @@ func (s *Store) Finish(ctx context.Context, tx driver.Tx, consumer, id string, r
 	}
 	ok, err := s.claims.Finish(ctx, tx, dialect.ProducedParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, Produced: raw})
 	if err != nil {
-		return s.wrapProduced("finish claim", consumer, id, err)
+		return s.wrapProduced(opFinish, consumer, id, err)
 	}
 	if !ok {
 		return fmt.Errorf("inbox: finish claim %s/%s: the claim is no longer 'applying' in this transaction", consumer, id)
@@ -225,7 +225,7 @@ func (s *Store) TakeOver(ctx context.Context, tx driver.Tx, consumer, id, state 
 	}
 	took, err := s.claims.TakeOver(ctx, tx, dialect.ClaimParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id, State: state})
 	if err != nil {
-		return false, s.wrap("take over lease-mode row", consumer, id, err)
+		return false, s.wrap(opTakeOver, consumer, id, err)
 	}
 	return took, nil
 }
@@ -249,7 +249,7 @@ func (s *Store) ReadFinished(ctx context.Context, tx driver.Tx, consumer string,
 	}
 	rows, err = r.ReadRows(ctx, tx, dialect.RowsParams{Table: s.table, Consumer: consumer, ConsumerID: cid, IDs: ids})
 	if err != nil {
-		return nil, true, s.wrap("read rows", consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
+		return nil, true, s.wrap(opReadRows, consumer, fmt.Sprintf("(%d IDs)", len(ids)), err)
 	}
 	maps.DeleteFunc(rows, func(_ string, row dialect.StoredRow) bool {
 		return row.State != StateDone && row.State != StateFailed
@@ -269,7 +269,7 @@ func (s *Store) Explain(err error) error { return PoolerHint(s.d, err) }
 //
 // So would a statement after a result the handler left open on the transaction (ErrResultLeftOpen), on a
 // transaction the handler gets as its client library's own (transaction mode): the inbox cannot close that result.
-func (s *Store) wrapProduced(op, consumer, id string, err error) error {
+func (s *Store) wrapProduced(op op, consumer, id string, err error) error {
 	if resultLeftOpen(err) {
 		return fmt.Errorf("inbox: %s %s/%s: %w: %w: %w", op, consumer, id, ErrProducedUnstorable, ErrResultLeftOpen, err)
 	}
@@ -317,23 +317,23 @@ func (s *Store) ClaimAtCommit(ctx context.Context, consumer, id string) (query s
 // an ID the column cannot hold into ErrInvalidEventID, which the middleware dead-letters instead of nacking it
 // forever. Only a claim may blame the ID: it is the first statement to send it, and the consumer name, the one other
 // input, was checked before. Any later statement sends an ID the claim accepted, so its refusal is something else.
-func (s *Store) wrap(op, consumer, id string, err error) error {
+func (s *Store) wrap(op op, consumer, id string, err error) error {
 	switch s.d.Classify(err) {
 	case dialect.NoTable:
 		s.losses.Add(1)
 		s.ids.Clear()
 		return fmt.Errorf("inbox: %s %s/%s in table %s: %w: %w", op, consumer, id, s.table, ErrSchemaMissing, err)
 	case dialect.IDRefused:
-		if op == "claim" || op == "claim lease" {
+		if op.sendsIDFirst() {
 			return fmt.Errorf("inbox: %s %s/%s: %w: the database refused it: %w", op, consumer, id, ErrInvalidEventID, err)
 		}
 	case dialect.SerializationFailure:
-		if op == "claim" {
+		if op.claimsInTx() {
 			return Conflict{fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClaimLostLock, err)}
 		}
 		return Conflict{fmt.Errorf("inbox: %s %s/%s: %w", op, consumer, id, err)}
 	case dialect.LockConflict:
-		if op == "claim" {
+		if op.claimsInTx() {
 			return fmt.Errorf("inbox: %s %s/%s: %w: %w", op, consumer, id, ErrClaimLostLock, err)
 		}
 	case dialect.ClientEncoding, dialect.Untranslatable:
@@ -379,7 +379,7 @@ func (s *Store) SaveFingerprint(ctx context.Context, tx driver.Executor, consume
 	err = s.caps.fingerprints.SaveFingerprint(ctx, tx, dialect.FingerprintParams{Table: s.table, Consumer: consumer,
 		ConsumerID: cid, ID: id, Fingerprint: f})
 	if err != nil {
-		return s.wrap("store fingerprint", consumer, id, err)
+		return s.wrap(opStoreFingerprint, consumer, id, err)
 	}
 	return nil
 }
@@ -395,7 +395,7 @@ func (s *Store) ReadFingerprint(ctx context.Context, q driver.Executor, consumer
 	}
 	f, err := s.caps.fingerprints.ReadFingerprint(ctx, q, dialect.RowParams{Table: s.table, Consumer: consumer, ConsumerID: cid, ID: id})
 	if err != nil {
-		return nil, s.wrap("read fingerprint", consumer, id, err)
+		return nil, s.wrap(opReadFingerprint, consumer, id, err)
 	}
 	return f, nil
 }
