@@ -44,7 +44,8 @@ func (d *Database) New(opts ...Option) (*Inbox, error) {
 	}
 	if c.claimAtCommit && !claimsAtCommit(d) {
 		return nil, fmt.Errorf("%w: WithClaimAtCommit: this database cannot send the claim with COMMIT, so the option would "+
-			"save no round trip; it needs pgxinbox over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, and PostgreSQL", ErrInvalidOption)
+			"save no round trip; it needs PostgreSQL and pgxinbox over a *pgxpool.Pool, a *pgxpool.Conn or a *pgx.Conn, "+
+			"not behind pgxinbox.PlainBegin", ErrInvalidOption)
 	}
 	if _, ok := d.dialect.(dialect.Fingerprinter); c.fingerprint != nil && !ok {
 		return nil, fmt.Errorf("%w: WithFingerprint: the %s inbox cannot store fingerprints", ErrInvalidOption, d.dialect.Name())
