@@ -15,7 +15,8 @@ import (
 // The library's packages, by directory from the module's root; their non-test files are what a user compiles.
 var libraryDirs = []string{
 	".", "dialect", "dialect/postgres", "driver", "internal/batch", "internal/fingerprint",
-	"internal/maintain", "internal/produced", "internal/readiness", "internal/require", "internal/store", "internal/text",
+	"internal/maintain", "internal/produced", "internal/readiness", "internal/require", "internal/store", "internal/testkit",
+	"internal/text",
 	"observe",
 	"mysqlinbox", "pgxinbox", "otelinbox", "prommetrics", "inboxcheck", "inboxtest", "cmd/watermill-inbox",
 }
