@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"html"
 	"math"
 	"slices"
 	"strings"
@@ -66,156 +65,6 @@ func markdownTable(header []string, rows [][]string) string {
 		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
 	}
 	return b.String()
-}
-
-// series is one colour of bars in a bar chart: a value per category, with an optional min-max whisker.
-type series struct {
-	Name   string
-	Color  string
-	Values []float64
-	Lo, Hi []float64 // whiskers; nil for none
-	Hollow bool      // drawn as an outline: figures quoted from elsewhere, not measured here
-}
-
-// barChart is a grouped bar chart, drawn as plain SVG so that the harness needs no plotting dependency and the
-// files diff in review.
-type barChart struct {
-	Title      string
-	Subtitle   string
-	YLabel     string
-	Categories []string
-	Series     []series
-	// Log draws the value axis as log10(1+v), so that 5 and 15 stay visible beside 30,000 and 0 still sits on
-	// the axis.
-	Log bool
-}
-
-const (
-	chartW, chartH           = 820, 440
-	marginL, marginR         = 70, 20
-	marginT, marginB         = 70, 90
-	plotW, plotH             = chartW - marginL - marginR, chartH - marginT - marginB
-	chartFont                = `font-family="Helvetica, Arial, sans-serif"`
-	axisColor, gridColor     = "#444", "#ddd"
-	labelSize, titleSize     = 11, 16
-	legendSwatch, legendStep = 12, 18
-)
-
-// svg renders the chart. Every bar carries its value as a label, so a bar too short to see still says what it is.
-func (c barChart) svg() string {
-	top := 0.0
-	for _, s := range c.Series {
-		for i, v := range s.Values {
-			if math.IsNaN(v) { // a bar that was not measured
-				continue
-			}
-			top = math.Max(top, v)
-			if s.Hi != nil {
-				top = math.Max(top, s.Hi[i])
-			}
-		}
-	}
-	step := niceStep(top / 5)
-	if top == 0 {
-		step = 1
-	}
-	yMax := math.Ceil(top/step) * step
-	if yMax == 0 {
-		yMax = step
-	}
-	y := func(v float64) float64 { return marginT + plotH - v/yMax*plotH }
-	ticks := []float64{}
-	for v := 0.0; v <= yMax+step/2; v += step {
-		ticks = append(ticks, v)
-	}
-	if c.Log {
-		yMax = math.Pow(10, math.Ceil(math.Log10(math.Max(top, 1))))
-		y = func(v float64) float64 { return marginT + plotH - math.Log10(1+v)/math.Log10(1+yMax)*plotH }
-		ticks = []float64{0}
-		for v := 1.0; v <= yMax; v *= 10 {
-			ticks = append(ticks, v)
-		}
-	}
-
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n",
-		chartW, chartH, chartW, chartH, chartFont)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="%d" font-weight="bold">%s</text>`+"\n", marginL, titleSize, html.EscapeString(c.Title))
-	fmt.Fprintf(&b, `<text x="%d" y="46" font-size="%d" fill="#555">%s</text>`+"\n", marginL, labelSize+1, html.EscapeString(c.Subtitle))
-	for _, v := range ticks {
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s"/>`+"\n", marginL, marginL+plotW, y(v), y(v), gridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-size="%d" text-anchor="end">%s</text>`+"\n", marginL-6, y(v)+4, labelSize, thousands(v))
-	}
-	fmt.Fprintf(&b, `<text transform="translate(16 %d) rotate(-90)" font-size="%d" text-anchor="middle">%s</text>`+"\n",
-		marginT+plotH/2, labelSize+1, html.EscapeString(c.YLabel))
-	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s"/>`+"\n", marginL, marginL+plotW, marginT+plotH, marginT+plotH, axisColor)
-
-	groupW := float64(plotW) / float64(len(c.Categories))
-	barW := groupW * 0.8 / float64(len(c.Series))
-	for ci, cat := range c.Categories {
-		gx := float64(marginL) + groupW*float64(ci) + groupW*0.1
-		for si, s := range c.Series {
-			v := s.Values[ci]
-			x := gx + barW*float64(si)
-			fill, stroke := s.Color, "none"
-			if s.Hollow {
-				fill, stroke = "white", s.Color
-			}
-			if !math.IsNaN(v) {
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="%s" stroke-width="1.5"/>`+"\n",
-					x+1, y(v), barW-2, float64(marginT+plotH)-y(v), fill, stroke)
-			}
-			if s.Hi != nil && !math.IsNaN(v) && s.Hi[ci] > s.Lo[ci] {
-				cx := x + barW/2
-				fmt.Fprintf(&b, `<path d="M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f" stroke="%s" fill="none"/>`+"\n",
-					cx, y(s.Lo[ci]), y(s.Hi[ci]), cx-4, y(s.Lo[ci]), cx+4, cx-4, y(s.Hi[ci]), cx+4, axisColor)
-			}
-			label := "n/a"
-			top := float64(marginT + plotH)
-			if !math.IsNaN(v) {
-				label = thousands(v)
-				top = y(v)
-				if s.Hi != nil {
-					top = math.Min(top, y(s.Hi[ci]))
-				}
-			}
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="%d" text-anchor="middle">%s</text>`+"\n", x+barW/2, top-4, labelSize-1, label)
-		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n",
-			gx+groupW*0.4, marginT+plotH+18, labelSize+1, html.EscapeString(cat))
-	}
-	lx := marginL
-	ly := chartH - marginB + 44
-	for _, s := range c.Series {
-		fill, stroke := s.Color, "none"
-		if s.Hollow {
-			fill, stroke = "white", s.Color
-		}
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s" stroke="%s" stroke-width="1.5"/>`+"\n",
-			lx, ly-legendSwatch+2, legendSwatch, legendSwatch, fill, stroke)
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">%s</text>`+"\n", lx+legendSwatch+5, ly, labelSize, html.EscapeString(s.Name))
-		lx += legendSwatch + 14 + 7*len(s.Name)
-		if lx > chartW-180 {
-			lx, ly = marginL, ly+legendStep
-		}
-	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-// niceStep rounds a raw grid step up to 1, 2 or 5 times a power of ten.
-func niceStep(raw float64) float64 {
-	if raw <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if raw <= m*p {
-			return m * p
-		}
-	}
-	return 10 * p
 }
 
 // The article's kill table (its medians and ranges over 5 runs of 20 kills), beside the variant of ours that
@@ -459,7 +308,7 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 	}
 
 	var b strings.Builder
-	var charts []string
+	var charts []barChart
 	for _, kind := range c.Transports {
 		for _, sleep := range c.Sleeps {
 			fmt.Fprintf(&b, "**%s, %s handlers**\n\n", kind, sleepLabel(sleep))
@@ -533,7 +382,7 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 				rows = append(rows, row)
 			}
 			chart.Series = ser
-			charts = append(charts, chart.svg())
+			charts = append(charts, chart)
 			b.WriteString(markdownTable(header, rows))
 			b.WriteString("\n")
 		}
@@ -558,79 +407,4 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 		"per variant; each was redelivered and applied.\n",
 		c.Runs, c.PerSlot, thousands(float64(c.Messages)), thousands(float64(c.Accounts)), ceiling, ceiling, pool, batch)
 	return b.String(), chartGrid(charts, len(c.Sleeps))
-}
-
-// chartGrid lays charts out in a grid of cols columns, row by row, as one SVG.
-func chartGrid(charts []string, cols int) string {
-	cols = max(1, min(cols, len(charts)))
-	rows := (len(charts) + cols - 1) / cols
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n",
-		chartW*cols, chartH*rows, chartW*cols, chartH*rows)
-	for i, c := range charts {
-		// A nested svg element is placed by its x and y.
-		b.WriteString(strings.Replace(c, "<svg ", fmt.Sprintf(`<svg x="%d" y="%d" `, chartW*(i%cols), chartH*(i/cols)), 1))
-	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-// timeline is a line chart of one run's progress, with the faults drawn on it: the database's outages as bands,
-// and each round of terminated backends as a tick on the time axis.
-type timeline struct {
-	Title, Subtitle string
-	Points          []progressSample
-	Bands           [][2]float64
-	Marks           []float64
-}
-
-func (tl timeline) svg() string {
-	xMax, yMax := 1.0, 1.0
-	for _, p := range tl.Points {
-		xMax, yMax = math.Max(xMax, p.At), math.Max(yMax, float64(p.Credited))
-	}
-	xStep, yStep := niceStep(xMax/8), niceStep(yMax/5)
-	xMax, yMax = math.Ceil(xMax/xStep)*xStep, math.Ceil(yMax/yStep)*yStep
-	x := func(v float64) float64 { return marginL + v/xMax*plotW }
-	y := func(v float64) float64 { return marginT + plotH - v/yMax*plotH }
-
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s>`+"\n",
-		chartW, chartH, chartW, chartH, chartFont)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="26" font-size="%d" font-weight="bold">%s</text>`+"\n", marginL, titleSize, html.EscapeString(tl.Title))
-	fmt.Fprintf(&b, `<text x="%d" y="46" font-size="%d" fill="#555">%s</text>`+"\n", marginL, labelSize+1, html.EscapeString(tl.Subtitle))
-	for _, band := range tl.Bands {
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.18"/>`+"\n",
-			x(band[0]), marginT, math.Max(x(band[1])-x(band[0]), 1), plotH, colorDup)
-	}
-	for v := 0.0; v <= yMax+yStep/2; v += yStep {
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s"/>`+"\n", marginL, marginL+plotW, y(v), y(v), gridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-size="%d" text-anchor="end">%s</text>`+"\n", marginL-6, y(v)+4, labelSize, thousands(v))
-	}
-	for v := 0.0; v <= xMax+xStep/2; v += xStep {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="%d" text-anchor="middle">%s</text>`+"\n", x(v), marginT+plotH+30, labelSize, thousands(v))
-	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d" text-anchor="middle">seconds since the consumer started working</text>`+"\n",
-		marginL+plotW/2, marginT+plotH+46, labelSize+1)
-	fmt.Fprintf(&b, `<text transform="translate(16 %d) rotate(-90)" font-size="%d" text-anchor="middle">events credited</text>`+"\n",
-		marginT+plotH/2, labelSize+1)
-	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s"/>`+"\n", marginL, marginL+plotW, marginT+plotH, marginT+plotH, axisColor)
-	for _, m := range tl.Marks {
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="%s"/>`+"\n", x(m), x(m), marginT+plotH+4, marginT+plotH+14, colorNeutral)
-	}
-	var pts []string
-	for _, p := range tl.Points {
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.At), y(float64(p.Credited))))
-	}
-	fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), colorInbox)
-	ly := chartH - 18
-	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", marginL, marginL+18, ly-4, ly-4, colorInbox)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">events credited</text>`+"\n", marginL+24, ly, labelSize)
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s" fill-opacity="0.18"/>`+"\n", marginL+150, ly-10, colorDup)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">PostgreSQL restarting</text>`+"\n", marginL+168, ly, labelSize)
-	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s"/>`+"\n", marginL+330, marginL+330, ly-10, ly, colorNeutral)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">backends terminated mid-transaction</text>`+"\n", marginL+338, ly, labelSize)
-	b.WriteString("</svg>\n")
-	return b.String()
 }

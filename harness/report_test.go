@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -35,11 +36,56 @@ func TestThousands_FormatsLikeTheArticle(t *testing.T) {
 // An SVG that does not parse shows as a broken image on the results page, and a NaN in a coordinate makes the
 // whole chart blank in most renderers.
 func TestBarChart_IsValidSVGAndSkipsBarsThatWereNotMeasured(t *testing.T) {
-	c := barChart{Title: "T & <t>", Categories: []string{"a", "b"}, Series: []series{
-		{Name: "x", Color: "#000", Values: []float64{10, math.NaN()}, Lo: []float64{8, 0}, Hi: []float64{12, 0}},
-		{Name: "y", Color: "#111", Values: []float64{0, 3}, Hollow: true},
+	c := barChart{Title: "T & <t>", Subtitle: "sub", YLabel: "per run", Categories: []string{"cat-a", "cat-b"}, Series: []series{
+		{Name: "ours", Color: "#a00", Values: []float64{10, math.NaN()}, Lo: []float64{8, 0}, Hi: []float64{12, 0}},
+		{Name: "theirs", Color: "#0a0", Values: []float64{0, 3}, Hollow: true},
 	}}
 	svg := c.svg()
+	wellFormedSVG(t, svg)
+	// Every label is a <text> element: the title escaped, the categories, the series in the legend, and a value
+	// on every bar, "n/a" on the one that was not measured.
+	for _, want := range []string{">T &amp; &lt;t&gt;</text>", ">sub</text>", ">per run</text>", ">cat-a</text>", ">cat-b</text>",
+		">ours</text>", ">theirs</text>", ">10</text>", ">n/a</text>", ">0</text>", ">3</text>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	if n := strings.Count(svg, "font-size:8px"); n != 4 {
+		t.Errorf("%d value labels, want one per bar (4)", n)
+	}
+	// The measured bar and its legend swatch are filled; the NaN bar is not drawn. The hollow series is an
+	// outline: its two bars and its swatch.
+	if n := strings.Count(svg, "fill:#AA0000"); n != 2 {
+		t.Errorf("%d filled shapes of the first series, want 2 (one bar, one swatch)", n)
+	}
+	if n := strings.Count(svg, "stroke:#00AA00;stroke-width:1.5"); n != 3 {
+		t.Errorf("%d outlines of the hollow series, want 3 (two bars, one swatch)", n)
+	}
+	// The whisker is a stroke and two caps in the axis colour, beside the value axis itself.
+	if n := strings.Count(svg, `style="fill:none;stroke:#444444" />`); n != 3 {
+		t.Errorf("%d whisker strokes, want 3 (one whisker and its caps)", n)
+	}
+}
+
+func TestBarChart_LogAxisKeepsZeroAndMarksPowersOfTen(t *testing.T) {
+	c := barChart{Title: "t", Log: true, Categories: []string{"a"}, Series: []series{
+		{Name: "x", Color: "#a00", Values: []float64{0}}, {Name: "y", Color: "#0a0", Values: []float64{3648}},
+	}}
+	svg := c.svg()
+	wellFormedSVG(t, svg)
+	for _, want := range []string{">0</text>", ">1</text>", ">10</text>", ">100</text>", ">1,000</text>", ">10,000</text>", ">3,648</text>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("log chart lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, ">100,000</text>") {
+		t.Error("log axis runs past the next power of ten")
+	}
+}
+
+// wellFormedSVG fails t if svg has a NaN or does not parse as XML.
+func wellFormedSVG(t *testing.T, svg string) {
+	t.Helper()
 	if strings.Contains(svg, "NaN") {
 		t.Fatalf("chart has a NaN coordinate:\n%s", svg)
 	}
@@ -51,11 +97,6 @@ func TestBarChart_IsValidSVGAndSkipsBarsThatWereNotMeasured(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatalf("chart is not well-formed XML: %v", err)
-		}
-	}
-	for _, want := range []string{"n/a", ">3<", "T &amp; &lt;t&gt;"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("chart lacks %q", want)
 		}
 	}
 }
@@ -94,19 +135,30 @@ func TestKillSchedule_IsTheSameForEveryVariantAndStaysInRange(t *testing.T) {
 
 func TestTimeline_IsValidSVGWithTheFaultsOnIt(t *testing.T) {
 	tl := timeline{Title: "t", Points: []progressSample{{0, 0}, {1, 400}, {2, 400}, {3, 900}},
-		Bands: [][2]float64{{1.2, 2.5}}, Marks: []float64{0.5, 2.8}}
+		Bands: [][2]float64{{1.2, 2.5}, {2.6, 2.9}}, Marks: []float64{0.5, 2.8}}
 	svg := tl.svg()
-	if strings.Contains(svg, "NaN") || !strings.Contains(svg, "<polyline") || strings.Count(svg, `fill-opacity="0.18"`) != 2 {
-		t.Fatalf("timeline lacks its line or its outage band, or has a NaN:\n%s", svg)
+	wellFormedSVG(t, svg)
+	// The line is one path through the four points, beside its legend swatch; each outage is a translucent
+	// polygon, beside the legend's; each mark is a stroke, beside the legend's.
+	if n := strings.Count(svg, "stroke:#27AE60;stroke-width:2"); n != 2 {
+		t.Errorf("%d progress lines, want 2 (the line and its swatch)", n)
 	}
-	d := xml.NewDecoder(strings.NewReader(svg))
-	for {
-		if _, err := d.Token(); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("timeline is not well-formed XML: %v", err)
+	if !regexp.MustCompile(`<path d="M[^"L]+(L[^"L]+){3}" style="fill:none;stroke:#27AE60`).MatchString(svg) {
+		t.Error("no path through the four progress points")
+	}
+	if n := strings.Count(svg, "fill-opacity:0.18"); n != 3 {
+		t.Errorf("%d translucent bands, want 3 (two outages and the swatch)", n)
+	}
+	if n := strings.Count(svg, "stroke:#7F8C8D;stroke-width:1.5"); n != 3 {
+		t.Errorf("%d termination marks, want 3 (two marks and the swatch)", n)
+	}
+	for _, want := range []string{">events credited</text>", ">PostgreSQL restarting</text>", ">seconds since the consumer started working</text>", ">800</text>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("timeline lacks %q", want)
 		}
 	}
+	// A report with no runs still draws an empty chart.
+	wellFormedSVG(t, timeline{}.svg())
 }
 
 func TestThroughputReport_GivesTheCeilingToEveryTransportAndRatiosOfMedians(t *testing.T) {
@@ -137,7 +189,14 @@ func TestThroughputReport_GivesTheCeilingToEveryTransportAndRatiosOfMedians(t *t
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
-	if strings.Contains(svg, "NaN") || strings.Count(svg, "<svg ") != 3 {
-		t.Errorf("want one chart per transport and sleep in one SVG, without NaN:\n%s", svg)
+	wellFormedSVG(t, svg)
+	if strings.Count(svg, "<svg ") != 1 || strings.Count(svg, ">median msg/s of 3 rounds; whiskers: min–max</text>") != 2 {
+		t.Errorf("want one chart per transport and sleep in one SVG:\n%s", svg)
+	}
+	for _, want := range []string{">kafka, zero-work handlers</text>", ">amqp, zero-work handlers</text>", ">1 in flight</text>", ">8 in flight</text>",
+		">ceiling</text>", ">after-db</text>", ">inbox</text>", ">batch</text>", ">1,100</text>", ">675</text>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("charts lack %q", want)
+		}
 	}
 }
