@@ -171,14 +171,7 @@ func (p pool) Begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, erro
 		return (*deferredView)(newDeferredTx(b.Conn(), nil, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
 	case *pgx.Conn:
 		return (*deferredView)(newDeferredTx(b, nil, beginSQL(opts.ReadCommitted, opts.ReadOnly))), nil
-	case plainBeginner:
-		return b.begin(ctx, opts)
 	}
-	return beginTx(ctx, p.b, opts)
-}
-
-// beginTx begins a transaction with b's BeginTx.
-func beginTx(ctx context.Context, b Beginner, opts driver.TxOptions) (driver.Tx, error) {
 	var o pgx.TxOptions
 	if opts.ReadCommitted {
 		o.IsoLevel = pgx.ReadCommitted
@@ -186,7 +179,7 @@ func beginTx(ctx context.Context, b Beginner, opts driver.TxOptions) (driver.Tx,
 	if opts.ReadOnly {
 		o.AccessMode = pgx.ReadOnly
 	}
-	tx, err := b.BeginTx(ctx, o)
+	tx, err := p.b.BeginTx(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -4,14 +4,11 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // PlainBegin returns p with the inbox's round-trip savings switched off. Over a *pgxpool.Pool, a *pgxpool.Conn or
 // a *pgx.Conn, the inbox then:
-//   - sends BEGIN on its own when it begins a transaction, as pgx's BeginTx does, instead of with the claim: one
+//   - begins each transaction with the pool's BeginTx, which sends BEGIN on its own instead of with the claim: one
 //     round trip more per message (per batch in batch mode);
 //   - in batch mode, sends each member's savepoint on its own instead of with the member's first statement, and
 //     no longer pipelines the members' first statements;
@@ -33,36 +30,11 @@ func PlainBegin(p Beginner) Beginner {
 	return plainBeginner{p}
 }
 
-// plainBeginner is PlainBegin's Beginner. Over pgx's pools and connections Pool begins its transactions as
-// deferredTxs that send BEGIN at once (begin), whose TxCaps (viewCaps) give batch members their views and nothing
-// that saves a round trip.
+// plainBeginner is PlainBegin's Beginner: it has p's BeginTx and hides p's type, so that Pool begins every
+// transaction with BeginTx, as for any Beginner, and gives batch members their views (viewCaps) and nothing that
+// saves a round trip.
 type plainBeginner struct{ b Beginner }
 
 func (p plainBeginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	return p.b.BeginTx(ctx, opts)
-}
-
-// begin begins a transaction as Pool's Begin does, with BEGIN sent at once, on its own.
-func (p plainBeginner) begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	begin := beginSQL(opts.ReadCommitted, opts.ReadOnly)
-	var t *deferredTx
-	switch b := p.b.(type) {
-	case acquirer:
-		c, err := b.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		t = newDeferredTx(c.Conn(), c, begin)
-	case *pgxpool.Conn:
-		t = newDeferredTx(b.Conn(), nil, begin)
-	case *pgx.Conn:
-		t = newDeferredTx(b, nil, begin)
-	default:
-		return beginTx(ctx, p.b, opts)
-	}
-	if err := t.ensureBegun(ctx); err != nil {
-		t.end() // gives a pool's connection back; ensureBegun closed it
-		return nil, err
-	}
-	return (*deferredView)(t), nil
 }
