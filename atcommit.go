@@ -54,7 +54,7 @@ func (i *core) runThenClaim(msg *message.Message, consumer, id string, h message
 			produced, ran = nil, false
 		}
 	}()
-	msg.SetContext(withClaim(ob.claimed(1), tx, id))
+	msg.SetContext(withClaim(ob.claimed(1), &claimValue{tx: tx, id: id}))
 	if produced, err = h(msg); err != nil {
 		return nil, false, start, err
 	}

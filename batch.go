@@ -36,7 +36,6 @@ func newBatches(d *Database, c config, s *store.Store) *batch.Engine {
 
 // applyBatched applies msg in the batch that claims it, or alone when none does.
 func (i *core) applyBatched(msg *message.Message, consumer, id string, h message.HandlerFunc) ([]*message.Message, error) {
-	h = refusingStmtsOfAnotherDB(h)
 	return i.batches.Apply(msg.Context(), consumer, id, &batchMessage{i: i, msg: msg, consumer: consumer, id: id, h: h})
 }
 
@@ -46,13 +45,14 @@ type batchMessage struct {
 	msg          *message.Message
 	consumer, id string
 	h            message.HandlerFunc
-	ob           *observed // from Claiming on; a message that goes alone has its own
+	ob           observed   // from Claiming on; a message that goes alone has its own
+	claim        claimValue // what its handler's context holds, from Run on
 }
 
 var _ batch.Message = (*batchMessage)(nil)
 
 func (m *batchMessage) Claiming() {
-	m.ob = m.i.observe(m.msg, m.consumer, m.id, observe.ModeTransaction)
+	m.ob = observed{obs: m.i.cfg.observer, msg: m.msg, consumer: m.consumer, id: m.id, mode: observe.ModeTransaction}
 	m.ob.claiming()
 }
 
@@ -61,9 +61,10 @@ func (m *batchMessage) Run(tx driver.Tx) ([]*message.Message, error) {
 	if err := m.i.store.SaveFingerprint(ctx, tx, m.consumer, m.id, m.i.fingerprintOf(m.msg)); err != nil {
 		return nil, err
 	}
-	m.msg.SetContext(withClaim(m.ob.claimed(1), tx, m.id))
+	m.claim = claimValue{tx: tx, id: m.id}
+	m.msg.SetContext(withClaim(m.ob.claimed(1), &m.claim))
 	defer m.msg.SetContext(ctx) // the member's part ends with the handler; nothing after it may reach tx
-	return m.ob.run(m.h, m.msg)
+	return refusedStmtOfAnotherDB(m.ob.run(m.h, m.msg))
 }
 
 func (m *batchMessage) Encode(produced []*message.Message) ([]byte, error) {
@@ -100,7 +101,7 @@ func (m *batchMessage) Skip(row dialect.StoredRow) ([]*message.Message, error) {
 	if err != nil {
 		return m.Alone()
 	}
-	if _, err = m.i.skipped(m.msg, m.consumer, m.id, row.State, m.ob, m.i.committedFingerprint(m.msg.Context(), m.consumer, m.id)); err != nil {
+	if _, err = m.i.skipped(m.msg, m.consumer, m.id, row.State, &m.ob, m.i.committedFingerprint(m.msg.Context(), m.consumer, m.id)); err != nil {
 		return nil, m.i.settle(m.msg, m.consumer, err)
 	}
 	return produced, nil

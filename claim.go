@@ -110,7 +110,7 @@ func (i *core) apply(tx driver.Tx, state string, msg *message.Message, consumer,
 	if err := i.store.SaveFingerprint(ctx, tx, consumer, id, i.fingerprintOf(msg)); err != nil {
 		return nil, false, err
 	}
-	msg.SetContext(withClaim(ob.claimed(1), tx, id))
+	msg.SetContext(withClaim(ob.claimed(1), &claimValue{tx: tx, id: id}))
 	defer msg.SetContext(ctx) // the transaction ends with this call; nothing after it may reach it
 	produced, err = ob.run(h, msg)
 	if err != nil {
@@ -332,10 +332,17 @@ func stampProduced(msgs []*message.Message, consumer, id, idKey string) {
 type ctxKey int
 
 const (
-	txKey ctxKey = iota
-	eventIDKey
+	claimKey ctxKey = iota // a *claimValue
 	viewKey
 )
+
+// claimValue is what the context of a claimed message's handler holds: the transaction that holds its row (nil in
+// lease mode, which runs the handler outside any) and its event ID. One value, so that a claim costs the context one
+// link.
+type claimValue struct {
+	tx driver.Tx
+	id string
+}
 
 // withOwnView returns ctx with the view of tx that the handler of a message that goes alone gets in batch mode
 // (batch.AloneView), when the adapter gives views (caps, the Database's), and h made to end the view when it
@@ -351,8 +358,14 @@ func withOwnView(ctx context.Context, caps *driver.TxCaps, tx driver.Tx, h messa
 	}
 }
 
-func withClaim(ctx context.Context, tx driver.Tx, eventID string) context.Context {
-	return context.WithValue(context.WithValue(ctx, txKey, tx), eventIDKey, eventID)
+func withClaim(ctx context.Context, c *claimValue) context.Context {
+	return context.WithValue(ctx, claimKey, c)
+}
+
+// claimOf returns the claim ctx holds, or nil.
+func claimOf(ctx context.Context) *claimValue {
+	c, _ := ctx.Value(claimKey).(*claimValue)
+	return c
 }
 
 // beginHandlerTx begins the transaction a handler runs in: one that gives each handler a view of its own

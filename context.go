@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/effectively-once/watermill-inbox/driver"
 	"github.com/effectively-once/watermill-inbox/internal/batch"
 )
 
@@ -46,18 +45,21 @@ func TxFromContext(ctx context.Context) (tx *sql.Tx, ok bool) {
 // knows it (*sql.Tx for database/sql, pgx.Tx for pgx), or nil outside the handler and in lease mode. Adapter
 // packages build their typed TxFromContext on it, as pgxinbox does.
 func NativeTxFromContext(ctx context.Context) any {
-	if tx, ok := ctx.Value(txKey).(driver.Tx); ok {
-		if v, ok := ctx.Value(viewKey).(*batch.AloneView); ok && v.Tx() == tx {
-			return v.Native(ctx)
-		}
-		return tx.Native()
+	c := claimOf(ctx)
+	if c == nil || c.tx == nil {
+		return nil
 	}
-	return nil
+	if v, ok := ctx.Value(viewKey).(*batch.AloneView); ok && v.Tx() == c.tx {
+		return v.Native(ctx)
+	}
+	return c.tx.Native()
 }
 
 // EventIDFromContext returns the event ID the inbox claimed for this message, for handlers that record it (in a
 // ledger, say) or derive keys from it.
 func EventIDFromContext(ctx context.Context) (id string, ok bool) {
-	id, ok = ctx.Value(eventIDKey).(string)
-	return id, ok
+	if c := claimOf(ctx); c != nil {
+		return c.id, true
+	}
+	return "", false
 }

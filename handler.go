@@ -7,8 +7,6 @@ import (
 	"reflect"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/effectively-once/watermill-inbox/driver"
 )
 
 // Handler adapts fn to a Watermill handler that runs fn on the inbox's transaction: the transaction that holds
@@ -71,7 +69,8 @@ func ProducingHandlerOf[T any](helper string, fn func(ctx context.Context, tx T,
 // Adapter packages give it to their own helpers, as pgxinbox does, so that every helper explains the same way.
 func NoTxError(ctx context.Context, helper, want string, native any) error {
 	var why string
-	_, claimed := ctx.Value(txKey).(driver.Tx)
+	c := claimOf(ctx)
+	claimed := c != nil && c.tx != nil
 	_, leased := LeaseFromContext(ctx)
 	switch {
 	case leased:

@@ -155,7 +155,7 @@ func (i *core) finishLeased(msg *message.Message, l *Lease, h message.HandlerFun
 // next copy need not wait for the lease to run out.
 func (i *core) runLeased(msg *message.Message, l *Lease, h message.HandlerFunc, ob *observed) ([]*message.Message, error) {
 	ctx := msg.Context()
-	msg.SetContext(context.WithValue(context.WithValue(ctx, leaseKey{}, l), eventIDKey, l.id))
+	msg.SetContext(withClaim(context.WithValue(ctx, leaseKey{}, l), &claimValue{id: l.id}))
 	defer msg.SetContext(ctx)
 	defer func() {
 		if r := recover(); r != nil {

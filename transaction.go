@@ -85,16 +85,20 @@ func (i *core) beginOwn(ctx context.Context) (tx driver.Tx, viewed bool, err err
 	return i.db.beginHandlerTx(ctx, i.batches != nil)
 }
 
-// refusingStmtsOfAnotherDB returns h, whose error becomes unusable (ErrStmtOfAnotherDB) when it is database/sql's
-// refusal of a statement prepared on another *sql.DB: the handler's transaction is a view on the inbox's own pool,
-// and the same handler would meet the same refusal on every redelivery. database/sql refuses it before any driver
-// sees the statement, so its text is the only sign of it.
+// refusingStmtsOfAnotherDB returns h, whose error refusedStmtOfAnotherDB turns unusable.
 func refusingStmtsOfAnotherDB(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		produced, err := h(msg)
-		if err != nil && !errors.Is(err, ErrStmtOfAnotherDB) && strings.Contains(err.Error(), "Tx.Stmt: statement from different database used") {
-			return nil, unusable{fmt.Errorf("%w: %w", ErrStmtOfAnotherDB, err)}
-		}
-		return produced, err
+		return refusedStmtOfAnotherDB(h(msg))
 	}
+}
+
+// refusedStmtOfAnotherDB returns what a handler returned, its error made unusable (ErrStmtOfAnotherDB) when it is
+// database/sql's refusal of a statement prepared on another *sql.DB: the handler's transaction is a view on the
+// inbox's own pool, and the same handler would meet the same refusal on every redelivery. database/sql refuses it
+// before any driver sees the statement, so its text is the only sign of it.
+func refusedStmtOfAnotherDB(produced []*message.Message, err error) ([]*message.Message, error) {
+	if err != nil && !errors.Is(err, ErrStmtOfAnotherDB) && strings.Contains(err.Error(), "Tx.Stmt: statement from different database used") {
+		return nil, unusable{fmt.Errorf("%w: %w", ErrStmtOfAnotherDB, err)}
+	}
+	return produced, err
 }

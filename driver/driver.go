@@ -167,13 +167,22 @@ type TxCaps struct {
 	ExecPipelined func(ctx context.Context, tx Tx, seats []int, sqls []string, args [][]any, results []any, errs []error) (set int, err error)
 	// RollbackToSeat rolls tx back to the newest savepoint ExecPipelined set for seat.
 	RollbackToSeat func(ctx context.Context, tx Tx, seat int) error
-	// MemberView returns the view of tx that a batch member's handler gets. Its statements with arguments call
-	// first, which runs one (ran) when it is the member's first; every other use calls take first.
-	MemberView func(tx Tx, first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error), take func()) View
+	// MemberView returns the view of tx that member's handler gets. Its statements with arguments call
+	// member.First, which runs one (ran) when it is the member's first; every other use calls member.Take first.
+	MemberView func(tx Tx, member Member) View
 
 	// View returns a new view of tx, a transaction that SharedPool's BeginShared began, for one handler. The
 	// transaction closes its views when it ends.
 	View func(ctx context.Context, tx Tx) (View, error)
+}
+
+// Member is a batch member as the view that MemberView makes for it sees it.
+type Member interface {
+	// First runs sql with args as the member's first statement, pipelined with other members' (ran), and returns
+	// its outcome; it does nothing (ran false) when the member already used the transaction.
+	First(ctx context.Context, sql string, args []any) (res any, ran bool, err error)
+	// Take gives the member the connection to itself, before a use that First does not run.
+	Take()
 }
 
 // View is one handler's view of a transaction it shares (a batch member's).

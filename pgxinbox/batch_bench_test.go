@@ -2,6 +2,7 @@ package pgxinbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -64,19 +65,33 @@ func BenchmarkRouterBatch(b *testing.B) {
 // WithBatch(time.Millisecond, MaxBatchSize), as the README shows it), under a consumer name of its own. A mode
 // ending in "-plainbegin" is the same over pgxinbox.PlainBegin(pool), with the deferred transactions switched off.
 func inboxInMode(b *testing.B, pool *pgxpool.Pool, table, mode string, runs *atomic.Int64) *inbox.Inbox {
-	opts := []inbox.Option{inbox.WithTable(table), inbox.WithConsumer(fmt.Sprintf("bench-%s-%d", mode, runs.Add(1)))}
 	var p pgxinbox.Beginner = pool
 	if m, ok := strings.CutSuffix(mode, "-plainbegin"); ok {
 		mode, p = m, pgxinbox.PlainBegin(pool)
 	}
-	if mode == "batch" {
-		opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
-	}
-	ib, err := pgxinbox.New(p, opts...)
+	ib, err := pgxinbox.New(p, modeOptions(table, mode, runs)...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return ib
+}
+
+// libpqInboxInMode is inboxInMode over database/sql and lib/pq: mode is "message" or "batch".
+func libpqInboxInMode(b *testing.B, db *sql.DB, table, mode string, runs *atomic.Int64) *inbox.Inbox {
+	ib, err := inbox.New(db, modeOptions(table, mode+"-libpq", runs)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ib
+}
+
+// modeOptions are the options of an inbox on table in mode, under a consumer name of its own.
+func modeOptions(table, mode string, runs *atomic.Int64) []inbox.Option {
+	opts := []inbox.Option{inbox.WithTable(table), inbox.WithConsumer(fmt.Sprintf("bench-%s-%d", mode, runs.Add(1)))}
+	if strings.HasPrefix(mode, "batch") {
+		opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
+	}
+	return opts
 }
 
 // BenchmarkRouterWithoutInbox sets BenchmarkRouterBatch's two modes, with zero-work handlers, beside two consumers
@@ -85,16 +100,22 @@ func inboxInMode(b *testing.B, pool *pgxpool.Pool, table, mode string, runs *ato
 // every mode); mode=autocommit runs the handlers' UPDATE on the pool, one statement in its own implicit
 // transaction and one round trip a message, with no claim: a consumer that applies a redelivered copy twice.
 // mode=message-plainbegin and mode=batch-plainbegin are the two inbox modes over pgxinbox.PlainBegin(pool), whose
-// transactions begin with BeginTx, against the deferred transactions of mode=message and mode=batch. The six modes
-// of one count in flight run back to back; read their ratios, and repeat whole runs:
+// transactions begin with BeginTx, against the deferred transactions of mode=message and mode=batch. The modes
+// ending in -libpq are autocommit, message and batch over database/sql and lib/pq (inbox.New), on the same
+// database, router and handlers, with their round trips counted the same way. The modes of one count in flight run
+// back to back; read their ratios, and repeat whole runs:
 //
 //	go test -run '^$' -bench RouterWithoutInbox -benchtime 20000x .
+//
+// `harness curves` draws throughput and client CPU against messages in flight from that output.
 func BenchmarkRouterWithoutInbox(b *testing.B) {
 	var trips tripCounter
 	pool, bundle, update := benchAccounts(b, &trips)
+	db := openCountingLibpq(b, &trips)
 	var runs atomic.Int64
-	for _, inFlight := range []int{8, 64, 256} {
-		for _, mode := range []string{"none", "autocommit", "message", "message-plainbegin", "batch", "batch-plainbegin"} {
+	for _, inFlight := range []int{1, 8, 64, 256} {
+		for _, mode := range []string{"none", "autocommit", "message", "message-plainbegin", "batch", "batch-plainbegin",
+			"autocommit-libpq", "message-libpq", "batch-libpq"} {
 			b.Run(fmt.Sprintf("inflight=%d/mode=%s", inFlight, mode), func(b *testing.B) {
 				switch mode {
 				case "none":
@@ -105,6 +126,15 @@ func BenchmarkRouterWithoutInbox(b *testing.B) {
 						_, err := pool.Exec(msg.Context(), update, 1+n%accounts)
 						return err
 					})
+				case "autocommit-libpq":
+					routeInFlight(b, &trips, pool, "", nil, inFlight, func(msg *message.Message) error {
+						n, _ := strconv.Atoi(msg.Metadata.Get("n"))
+						_, err := db.ExecContext(msg.Context(), update, 1+n%accounts)
+						return err
+					})
+				case "message-libpq", "batch-libpq":
+					ib := libpqInboxInMode(b, db, bundle.Table, strings.TrimSuffix(mode, "-libpq"), &runs)
+					routeInFlight(b, &trips, pool, bundle.Table, ib, inFlight, credit(update))
 				default:
 					ib := inboxInMode(b, pool, bundle.Table, mode, &runs)
 					routeInFlight(b, &trips, pool, bundle.Table, ib, inFlight, credit(update))
@@ -164,17 +194,21 @@ func BenchmarkRedeliveredBurst(b *testing.B) {
 // accounts is how many accounts the batch benchmarks' updates spread over.
 const accounts = 100_000
 
-// credit is the batch benchmarks' handler: update, on pgxinbox's transaction, credits the account that the
-// message's number picks.
+// credit is the batch benchmarks' handler: update, on the inbox's transaction (pgxinbox's pgx.Tx, or the *sql.Tx
+// of an inbox over database/sql), credits the account that the message's number picks.
 func credit(update string) func(msg *message.Message) error {
 	return func(msg *message.Message) error {
-		tx, ok := pgxinbox.TxFromContext(msg.Context())
-		if !ok {
-			return fmt.Errorf("no pgx transaction in the handler's context")
-		}
 		n, _ := strconv.Atoi(msg.Metadata.Get("n"))
-		_, err := tx.Exec(msg.Context(), update, 1+n%accounts)
-		return err
+		ctx, account := msg.Context(), 1+n%accounts
+		if tx, ok := pgxinbox.TxFromContext(ctx); ok {
+			_, err := tx.Exec(ctx, update, account)
+			return err
+		}
+		if tx, ok := inbox.TxFromContext(ctx); ok {
+			_, err := tx.ExecContext(ctx, update, account)
+			return err
+		}
+		return fmt.Errorf("no transaction in the handler's context")
 	}
 }
 

@@ -12,17 +12,16 @@ import (
 	"github.com/effectively-once/watermill-inbox/driver"
 )
 
-// memberView is the pgx.Tx of a batch member's handler: a statement with arguments goes through first, which
-// pipelines it if it is the member's first; any other use calls take first, which gives the member the connection
+// memberView is the pgx.Tx of a batch member's handler: a statement with arguments goes through its member's First,
+// which pipelines it if it is the member's first; any other use calls Take first, which gives the member the connection
 // to itself (see the inbox's internal/batch/pipeline.go). Its Commit and Rollback refuse (driver.ErrTxShared): the
 // batch's transaction is the inbox's to end. It records the first error of its statements and of the statements
 // of the savepoints its handler begins (Failed), for the batch to find a handler that returned nil after a
 // statement failed and left the transaction aborted. Once its handler returned (Close) it refuses every statement
 // (driver.ErrHandlerReturned), and the results the handler left open are closed.
 type memberView struct {
-	tx    pgx.Tx // the batch's transaction: a deferredTx, or a Beginner's of its own
-	first func(ctx context.Context, sql string, args []any) (res any, ran bool, err error)
-	take  func()
+	tx     pgx.Tx // the batch's transaction: a deferredTx, or a Beginner's of its own
+	member driver.Member
 
 	use    sync.RWMutex // statements hold it shared while they run; Close takes it
 	mu     sync.Mutex
@@ -108,12 +107,12 @@ func (v *memberView) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 	}
 	defer v.leave()
 	if carriesBegin(args) {
-		if res, ran, err := v.first(ctx, sql, args); ran {
+		if res, ran, err := v.member.First(ctx, sql, args); ran {
 			tag, _ := res.(pgconn.CommandTag)
 			return tag, v.fail(err)
 		}
 	}
-	v.take()
+	v.member.Take()
 	tag, err := v.tx.Exec(ctx, sql, args...)
 	return tag, v.fail(err)
 }
@@ -123,7 +122,7 @@ func (v *memberView) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 		return errRows{nil, err}, err
 	}
 	defer v.leave()
-	v.take()
+	v.member.Take()
 	return v.query(v.tx, ctx, sql, args)
 }
 
@@ -143,7 +142,7 @@ func (v *memberView) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 		return errRow{err}
 	}
 	defer v.leave()
-	v.take()
+	v.member.Take()
 	return v.queryRow(v.tx, ctx, sql, args)
 }
 
@@ -162,7 +161,7 @@ func (v *memberView) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	defer v.leave()
-	v.take()
+	v.member.Take()
 	tx, err := v.tx.Begin(ctx)
 	if err != nil {
 		return nil, v.fail(err)
@@ -178,7 +177,7 @@ func (v *memberView) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 		return errBatch{nil, err}
 	}
 	defer v.leave()
-	v.take()
+	v.member.Take()
 	return v.sendBatch(v.tx, ctx, b)
 }
 
@@ -193,7 +192,7 @@ func (v *memberView) CopyFrom(ctx context.Context, table pgx.Identifier, columns
 		return 0, err
 	}
 	defer v.leave()
-	v.take()
+	v.member.Take()
 	n, err := v.tx.CopyFrom(ctx, table, columns, src)
 	return n, v.fail(err)
 }
@@ -203,7 +202,7 @@ func (v *memberView) Prepare(ctx context.Context, name, sql string) (*pgconn.Sta
 		return nil, err
 	}
 	defer v.leave()
-	v.take()
+	v.member.Take()
 	d, err := v.tx.Prepare(ctx, name, sql)
 	return d, v.fail(err)
 }
@@ -380,6 +379,6 @@ func (b *viewBatch) Close() error {
 func (v *memberView) LargeObjects() pgx.LargeObjects { return largeObjects(v) }
 
 func (v *memberView) Conn() *pgx.Conn {
-	v.take()
+	v.member.Take()
 	return v.tx.Conn()
 }

@@ -131,7 +131,7 @@ var viewCaps = driver.TxCaps{MemberView: memberViewOf}
 
 // memberViewOf returns the pgx.Tx of a batch member's handler, a view of tx (a transaction that Begin began)
 // whose statements go through first and take.
-func memberViewOf(tx driver.Tx, first func(ctx context.Context, sql string, args []any) (any, bool, error), take func()) driver.View {
+func memberViewOf(tx driver.Tx, member driver.Member) driver.View {
 	var native pgx.Tx
 	switch t := tx.(type) {
 	case *deferredView:
@@ -139,7 +139,7 @@ func memberViewOf(tx driver.Tx, first func(ctx context.Context, sql string, args
 	case pgxTx:
 		native = t.tx
 	}
-	return &memberView{tx: native, first: first, take: take}
+	return &memberView{tx: native, member: member}
 }
 
 // deferredOf returns the deferredTx of tx, a transaction that Begin began as one.

@@ -3,6 +3,7 @@ package pgxinbox_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -173,6 +175,44 @@ func openCountingPoolWith(t testing.TB, trips *tripCounter, mode pgx.QueryExecMo
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// openCountingLibpq opens a database/sql handle over lib/pq on the test database whose connections trips counts,
+// with as many connections as openCountingPoolWith's pool.
+func openCountingLibpq(t testing.TB, trips *tripCounter) *sql.DB {
+	t.Helper()
+	inboxtest.SkipWhenShort(t, "PostgreSQL")
+	conn, err := pq.NewConnector(testDSN())
+	require.NoError(t, err)
+	conn.Dialer(countingDialer{trips})
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(10)
+	db.SetMaxIdleConns(10)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		t.Fatalf("PostgreSQL is not reachable at %s over lib/pq (set INBOX_TEST_DATABASE_URL): %v", testDSN(), err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// countingDialer is lib/pq's dialer through a tripCounter.
+type countingDialer struct{ c *tripCounter }
+
+func (d countingDialer) Dial(network, addr string) (net.Conn, error) {
+	return d.c.dial(context.Background(), network, addr)
+}
+
+func (d countingDialer) DialTimeout(network, addr string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.c.dial(ctx, network, addr)
+}
+
+func (d countingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return d.c.dial(ctx, network, addr)
 }
 
 // messagesOverCountedPool builds pgxinbox's middleware, with opts, over a pool that sends statements in mode and

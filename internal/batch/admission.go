@@ -317,7 +317,7 @@ func (q *queue) run(members []*member) {
 	ctx := context.WithoutCancel(members[0].ctx)
 	goAlone := func(ms []*member) {
 		for _, m := range ms {
-			m.turn <- nil
+			m.signals <- memberSignal{kind: signalTurn}
 		}
 	}
 	tx, err := e.cfg.Begin(ctx)
@@ -363,9 +363,9 @@ func (q *queue) run(members []*member) {
 	q.formed(b)
 	for _, m := range members {
 		if owned[m.id] {
-			m.turn <- b
+			m.signals <- memberSignal{kind: signalTurn, b: b}
 		} else {
-			m.turn <- nil // its row was there: a duplicate, or a row lease mode holds
+			m.signals <- memberSignal{kind: signalTurn} // its row was there: a duplicate, or a row lease mode holds
 		}
 	}
 	<-b.done
@@ -412,6 +412,6 @@ func (b *batch) end() {
 		out.err = b.tx.Commit(b.ctx)
 	}
 	for _, m := range b.ok {
-		m.outcome <- out
+		m.signals <- memberSignal{kind: signalCommit, out: out}
 	}
 }

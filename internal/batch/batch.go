@@ -17,9 +17,10 @@ import (
 
 // apply runs m's handler in the batch, settles its part of the transaction, and waits for the commit.
 func (b *batch) apply(m *member) ([]*message.Message, error) {
-	t := &memberTx{b: b, start: time.Now()}
+	t := &m.tx
+	t.b, t.start = b, time.Now()
 	if b.pipe {
-		t.wake = make(chan struct{}, 1)
+		t.wake = m.signals
 	}
 	panicked := true
 	defer func() {
@@ -39,7 +40,7 @@ func (b *batch) apply(m *member) ([]*message.Message, error) {
 	if err != nil {
 		return nil, m.msg.Failed(b.store.Explain(err)) // the handler's statements meet a pooler as the inbox's do
 	}
-	out := <-m.outcome
+	out := m.await(signalCommit).out
 	return m.msg.CommitEnded(out.start, out.err, produced)
 }
 

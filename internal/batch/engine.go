@@ -20,10 +20,10 @@ func (e *Engine) Apply(ctx context.Context, consumer, id string, m Message) ([]*
 		defer q.endedAlone(turn)
 		return m.Alone()
 	}
-	mb := &member{msg: m, ctx: ctx, id: id, turn: make(chan *batch, 1), outcome: make(chan commitOutcome, 1)}
+	mb := &member{msg: m, ctx: ctx, id: id, signals: make(chan memberSignal, 1)}
 	m.Claiming()
 	q.add(mb)
-	if b := <-mb.turn; b != nil {
+	if b := mb.await(signalTurn).b; b != nil {
 		return b.apply(mb)
 	}
 	if mb.row != nil {

@@ -105,30 +105,41 @@ func (t *memberTx) Native() any {
 	t.vmu.Lock()
 	defer t.vmu.Unlock()
 	if t.view == nil {
-		first, take := NoFirst, func() {} // a batch of one pipelines nothing
-		if !t.returned {
-			take = func() { t.hold(true) }
-			if t.b.pipe {
-				first = t.first
-			}
-		}
-		if t.view = openView(t.b.ctx, caps, t.b.tx, first, take, t.returned); t.view == nil {
+		// A view made after the handler returned takes nothing; a batch of one pipelines nothing.
+		t.takes, t.pipes = !t.returned, !t.returned && t.b.pipe
+		if t.view = openView(t.b.ctx, caps, t.b.tx, t, t.returned); t.view == nil {
 			return nil // the handler finds no transaction, and fails
 		}
 	}
 	return t.view.Native()
 }
 
+var _ driver.Member = (*memberTx)(nil)
+
+// First is the member's first statement, as its view (driver.TxCaps.MemberView) runs it: pipelined with the other
+// members' in a batch with a pipe, and not at all (ran false) otherwise.
+func (t *memberTx) First(ctx context.Context, sql string, args []any) (res any, ran bool, err error) {
+	if !t.pipes {
+		return nil, false, nil
+	}
+	return t.first(ctx, sql, args)
+}
+
+// Take is the view's use of the transaction other than a first statement with arguments: it takes the connection.
+func (t *memberTx) Take() {
+	if t.takes {
+		t.hold(true)
+	}
+}
+
 // openView makes the view of tx that a handler gets, as caps can: a member view (MemberView) whose statements go
-// through first and take, or else a view of a shared transaction (View). It returns nil when caps give no view,
-// or the view could not begin. A view made after its handler returned (returned) is closed at once: it refuses
-// every statement.
-func openView(ctx context.Context, caps *driver.TxCaps, tx driver.Tx, first func(context.Context, string, []any) (any, bool, error),
-	take func(), returned bool) driver.View {
+// through member, or else a view of a shared transaction (View). It returns nil when caps give no view, or the view
+// could not begin. A view made after its handler returned (returned) is closed at once: it refuses every statement.
+func openView(ctx context.Context, caps *driver.TxCaps, tx driver.Tx, member driver.Member, returned bool) driver.View {
 	var v driver.View
 	switch {
 	case caps.MemberView != nil:
-		v = caps.MemberView(tx, first, take)
+		v = caps.MemberView(tx, member)
 	case caps.View != nil:
 		var err error
 		if v, err = caps.View(ctx, tx); err != nil {
@@ -163,9 +174,12 @@ func (t *memberTx) end() {
 	}
 }
 
-// NoFirst is the first of a view whose statements are never pipelined (see driver.TxCaps.MemberView): a batch of
-// one member's, or the view of a message that goes alone in batch mode.
-func NoFirst(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
+// lone is the member of a view whose statements are never pipelined and that takes nothing: the view of a message
+// that goes alone in batch mode.
+type lone struct{}
+
+func (lone) First(context.Context, string, []any) (any, bool, error) { return nil, false, nil }
+func (lone) Take()                                                   {}
 
 // failed returns the first error of the member's statements, if one failed: its first pipelined statement's, or
 // one its view recorded. nil when none failed or the adapter gives no views.
@@ -246,7 +260,7 @@ func (v *AloneView) Native(ctx context.Context) any {
 	defer v.mu.Unlock()
 	if !v.made {
 		v.made = true
-		if v.view = openView(ctx, v.caps, v.tx, NoFirst, func() {}, v.ended); v.view != nil {
+		if v.view = openView(ctx, v.caps, v.tx, lone{}, v.ended); v.view != nil {
 			v.native = v.view.Native()
 		}
 	}

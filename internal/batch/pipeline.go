@@ -34,7 +34,7 @@ import (
 
 func (t *memberTx) signal() {
 	select {
-	case t.wake <- struct{}{}:
+	case t.wake <- memberSignal{}:
 	default:
 	}
 }

@@ -118,17 +118,45 @@ func (b *batch) brokenBy() error {
 	return b.broken
 }
 
-// member is one message's part in a batch.
+// member is one message's part in a batch. It is allocated once, with its view of the transaction and the one
+// channel that everything the member waits for arrives on.
 type member struct {
-	msg     Message
-	ctx     context.Context // the message's, when it joined the queue
-	id      string
-	turn    chan *batch        // the batch that claimed the message, or nil: it goes on alone
-	outcome chan commitOutcome // the batch's commit, for a member whose handler succeeded
+	msg Message
+	ctx context.Context // the message's, when it joined the queue
+	id  string
+	// signals carries, in this order, the member's turn (the batch that claimed the message, or nil: it goes on
+	// alone), the wake-ups of its view in a pipelining batch (memberTx.signal), and the batch's commit, for a member
+	// whose handler succeeded. A wake-up never blocks its sender and may be left over; await skips it.
+	signals chan memberSignal
 	// row is, for a member that goes on without its batch, the row the batch's claim found there when it is
 	// finished ('done': a copy of an applied message; 'failed': dead-lettered in lease mode), read in the batch's
-	// transaction (readFinished); set before turn is sent.
+	// transaction (readFinished); set before the turn is sent.
 	row *dialect.StoredRow
+	tx  memberTx // its view, once a batch claimed it
+}
+
+// memberSignal is one thing a member waits for; the zero value is a wake-up.
+type memberSignal struct {
+	kind signalKind
+	b    *batch        // with signalTurn: the batch, or nil
+	out  commitOutcome // with signalCommit
+}
+
+type signalKind uint8
+
+const (
+	signalWake signalKind = iota
+	signalTurn
+	signalCommit
+)
+
+// await returns the next signal of kind, skipping the wake-ups left over before it.
+func (m *member) await(kind signalKind) memberSignal {
+	for {
+		if s := <-m.signals; s.kind == kind {
+			return s
+		}
+	}
 }
 
 // commitOutcome is how a batch's commit ended.
@@ -150,14 +178,17 @@ type memberTx struct {
 
 	vmu      sync.Mutex // guards view and returned, which a goroutine of the handler's may reach after it returned
 	returned bool       // the handler returned (end): its view refuses every statement
+	// takes and pipes are what the view's uses do, set when it is made: take the connection (Take), and send the
+	// first statement in a pipeline (First).
+	takes, pipes bool
 
 	// In a batch with a pipe: pipelined is set when the member's first statement went in a pipeline; the other
 	// fields are the line's (guarded by its mu).
 	pipelined bool
-	view      driver.View // the native transaction its handler gets, when the batch's transaction gives views
-	seat      int         // names the savepoint of its pipelined statement
-	wake      chan struct{}
-	sql       string // its first statement, while it waits in the line's queue
+	view      driver.View       // the native transaction its handler gets, when the batch's transaction gives views
+	seat      int               // names the savepoint of its pipelined statement
+	wake      chan memberSignal // its member's signals, in a batch with a pipe
+	sql       string            // its first statement, while it waits in the line's queue
 	args      []any
 	alone     bool // it waits in the queue to have the connection to itself, not to pipeline a statement
 	sends     bool // it is to send the next pipeline
