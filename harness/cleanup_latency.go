@@ -190,8 +190,11 @@ type latencySample struct {
 	TableRows int // rows in the table when the claims began
 	Claims    int
 	Elapsed   time.Duration
+	PerSec    float64 // claims a second
 	P50, P99  time.Duration
-	Max       time.Duration
+	P999, Max time.Duration
+	// Extended is set when the claims went on after what ran beside them returned, to measureOptions.AtLeast.
+	Extended bool
 	// Removed, RemoveTook and Batches are what ran beside the claims did: rows it removed, how long it took, and
 	// the statements it took to do so. Zero when nothing ran.
 	Removed    int64
@@ -236,18 +239,28 @@ type latencyBench struct {
 	progress io.Writer
 	// claimDB carries the claims, cleanDB the cleanup, watchDB the sampler and the fills: three pools with their own
 	// application_name, so pg_stat_activity tells their backends apart.
-	claimDB, cleanDB, watchDB *sql.DB
-	claimApp, cleanApp        string
-	prefix                    string // of every table this invocation creates
-	accounts                  string // the table the claims' handler updates
-	tables                    int
-	partitioned               map[string]bool // the tables partitionedTable made
+	claimDB, cleanDB, watchDB    *sql.DB
+	claimApp, cleanApp, watchApp string
+	command                      string // the harness command, for the progress lines
+	prefix                       string // of every table this invocation creates
+	accounts                     string // the table the claims' handler updates
+	tables                       int
+	// uuid7 are the tables whose IDs are uuid and whose claims carry UUIDv7 IDs: partitionedTable's, and any a
+	// caller marks so.
+	uuid7 map[string]bool
 }
 
-func newLatencyBench(ctx context.Context, c latencyConfig, progress io.Writer) (_ *latencyBench, err error) {
+func newLatencyBench(ctx context.Context, c latencyConfig, progress io.Writer) (*latencyBench, error) {
+	return newBench(ctx, c, progress, "cleanup-latency", "cleanlat")
+}
+
+// newBench opens the bench of a command: its tables are named harness_<short>_<pid>_..., its backends
+// harness-<short>-claim-<pid> and so on.
+func newBench(ctx context.Context, c latencyConfig, progress io.Writer, command, short string) (_ *latencyBench, err error) {
 	pid := os.Getpid()
-	b := &latencyBench{cfg: c, progress: progress, prefix: fmt.Sprintf("harness_cleanlat_%d", pid), partitioned: map[string]bool{},
-		claimApp: fmt.Sprintf("harness-cleanlat-claim-%d", pid), cleanApp: fmt.Sprintf("harness-cleanlat-clean-%d", pid)}
+	b := &latencyBench{cfg: c, progress: progress, command: command, prefix: fmt.Sprintf("harness_%s_%d", short, pid), uuid7: map[string]bool{},
+		claimApp: fmt.Sprintf("harness-%s-claim-%d", short, pid), cleanApp: fmt.Sprintf("harness-%s-clean-%d", short, pid),
+		watchApp: fmt.Sprintf("harness-%s-watch-%d", short, pid)}
 	b.accounts = b.prefix + "_accounts"
 	defer func() {
 		if err != nil {
@@ -270,7 +283,7 @@ func newLatencyBench(ctx context.Context, c latencyConfig, progress io.Writer) (
 	if b.cleanDB, err = open(b.cleanApp, 2); err != nil {
 		return nil, err
 	}
-	if b.watchDB, err = open(fmt.Sprintf("harness-cleanlat-watch-%d", pid), 2); err != nil {
+	if b.watchDB, err = open(b.watchApp, 2); err != nil {
 		return nil, err
 	}
 	if err := b.watchDB.PingContext(ctx); err != nil {
@@ -303,7 +316,7 @@ func (b *latencyBench) close() {
 }
 
 func (b *latencyBench) logf(format string, a ...any) {
-	fmt.Fprintf(b.progress, "%s cleanup-latency: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	fmt.Fprintf(b.progress, "%s %s: %s\n", time.Now().Format("15:04:05"), b.command, fmt.Sprintf(format, a...))
 }
 
 // latencyFillSQL fills a table that Database.Migrate created with $1 rows of consumer $2, their processed_at spread
@@ -414,15 +427,22 @@ func (b *latencyBench) settle(ctx context.Context, table string) error {
 // the database does meanwhile. The claims are the library's: an inbox.Inbox over a *sql.DB, its middleware around a
 // handler that does one small UPDATE in the claim's transaction, called directly with a fresh message each time.
 func (b *latencyBench) measure(ctx context.Context, table string, window time.Duration, beside func(context.Context) (latencyRemoval, error)) (latencySample, error) {
-	var s latencySample
-	if err := b.watchDB.QueryRowContext(ctx, `SELECT count(*) FROM `+pq.QuoteIdentifier(table)).Scan(&s.TableRows); err != nil {
-		return s, fmt.Errorf("count %s: %w", table, err)
+	return b.measureWith(ctx, table, window, beside, measureOptions{})
+}
+
+// measureWith is measure with the options of measureOptions (scale.go); the zero value is measure.
+func (b *latencyBench) measureWith(ctx context.Context, table string, window time.Duration, beside func(context.Context) (latencyRemoval, error), o measureOptions) (latencySample, error) {
+	s := latencySample{TableRows: o.Rows}
+	if o.Rows <= 0 {
+		if err := b.watchDB.QueryRowContext(ctx, `SELECT count(*) FROM `+pq.QuoteIdentifier(table)).Scan(&s.TableRows); err != nil {
+			return s, fmt.Errorf("count %s: %w", table, err)
+		}
 	}
 	opts := []inbox.Option{inbox.WithTable(table), inbox.WithConsumer(latencyConsumer), inbox.WithAutoMigrate(false)}
 	newID := uuid.NewString
-	if b.partitioned[table] {
-		// A partitioned table's claims carry UUIDv7 IDs, as its producers' would, so they land in this hour's
-		// partition; random v4 IDs would all fall into the default partition.
+	if b.uuid7[table] {
+		// The claims carry UUIDv7 IDs, as the producers of such a table would: a partitioned table's land in this
+		// hour's partition, where random v4 IDs would all fall into the default partition.
 		opts = append(opts, inbox.WithIDType(inbox.IDTypeUUID))
 		newID = func() string { return uuid.Must(uuid.NewV7()).String() }
 	}
@@ -451,6 +471,11 @@ func (b *latencyBench) measure(ctx context.Context, table string, window time.Du
 	// schema, which it does before its first message.
 	if err := b.together(ctx, func(ctx context.Context, i int) error { return claim(ctx, i+1) }); err != nil {
 		return s, fmt.Errorf("first claims on %s: %w", table, err)
+	}
+	if o.Before != nil {
+		if err := o.Before(ctx); err != nil {
+			return s, err
+		}
 	}
 
 	before, err := b.counters(ctx, table)
@@ -488,14 +513,25 @@ func (b *latencyBench) measure(ctx context.Context, table string, window time.Du
 		}
 	} else {
 		removal, besideErr = beside(ctx)
+		if rest := o.AtLeast - time.Since(start); besideErr == nil && rest > 0 {
+			s.Extended = true
+			select {
+			case <-time.After(rest):
+			case <-ctx.Done():
+			}
+		}
 	}
 	stop()
 	claimErr := <-claimed
 	s.Elapsed = time.Since(start)
 	s.ClaimStates, s.CleanStates, s.Ticks, s.VacuumTicks = sampled()
 	s.CPUBusy = cpuBusy(cpuBefore, readCPU())
+	var afterErr error
+	if o.After != nil && claimErr == nil && besideErr == nil {
+		afterErr = o.After(ctx)
+	}
 	after, err := b.counters(ctx, table)
-	if err = errors.Join(claimErr, besideErr, ctx.Err(), err); err != nil {
+	if err = errors.Join(claimErr, besideErr, afterErr, ctx.Err(), err); err != nil {
 		return s, err
 	}
 	s.WALBytes, s.Checkpoints, s.Autovacuums = after.wal-before.wal, after.checkpoints-before.checkpoints, after.vacuums-before.vacuums
@@ -505,7 +541,8 @@ func (b *latencyBench) measure(ctx context.Context, table string, window time.Du
 	if s.Claims == 0 {
 		return s, fmt.Errorf("no claim finished on %s in %s", table, s.Elapsed)
 	}
-	s.P50, s.P99, s.Max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
+	s.PerSec = float64(s.Claims) / s.Elapsed.Seconds()
+	s.P50, s.P99, s.P999, s.Max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 0.999), percentile(all, 1)
 	return s, nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -50,7 +51,7 @@ func (b *latencyBench) partitionedTable(ctx context.Context, expired, live int) 
 	b.tables++
 	table = fmt.Sprintf("%s_%d", b.prefix, b.tables)
 	drop = b.dropper(table)
-	b.partitioned[table] = true
+	b.uuid7[table] = true
 	if err := inbox.OnSQL(b.watchDB).Migrate(ctx, latencyPartitionOptions(table)...); err != nil {
 		return table, 0, drop, fmt.Errorf("migrate %s: %w", table, err)
 	}
@@ -61,27 +62,10 @@ func (b *latencyBench) partitionedTable(ctx context.Context, expired, live int) 
 	retention := inbox.DefaultRetention.Seconds()
 	expOldest, expNewest := retention+25*3600, retention+3600
 	liveOldest, liveNewest := 23*3600.0, 60.0
-	create := func(oldest, newest float64, ifNotExists bool) (int, error) {
-		n := 0
-		end := now.Add(-time.Duration(newest * float64(time.Second)))
-		for from := maintain.PeriodStart(now.Add(-time.Duration(oldest*float64(time.Second))), latencyPartitionPeriod); from.Before(end); from = from.Add(latencyPartitionPeriod) {
-			q := `CREATE TABLE `
-			if ifNotExists { // Migrate made the partitions of the last hour and of the next two days
-				q += `IF NOT EXISTS `
-			}
-			q += pq.QuoteIdentifier(maintain.PartitionName(table, from)) + ` PARTITION OF ` + pq.QuoteIdentifier(table) +
-				` FOR VALUES FROM ('` + maintain.UUID7Floor(from) + `') TO ('` + maintain.UUID7Floor(from.Add(latencyPartitionPeriod)) + `')`
-			if _, err := b.watchDB.ExecContext(ctx, q); err != nil {
-				return n, fmt.Errorf("create a partition of %s: %w", table, err)
-			}
-			n++
-		}
-		return n, nil
-	}
-	if expiredParts, err = create(expOldest, expNewest, false); err != nil {
+	if expiredParts, err = b.createPartitions(ctx, table, now, expOldest, expNewest, false); err != nil {
 		return table, 0, drop, err
 	}
-	if _, err = create(liveOldest, liveNewest, true); err != nil {
+	if _, err = b.createPartitions(ctx, table, now, liveOldest, liveNewest, true); err != nil {
 		return table, 0, drop, err
 	}
 	start := time.Now()
@@ -109,6 +93,31 @@ func (b *latencyBench) partitionedTable(ctx context.Context, expired, live int) 
 		thousands(float64(expired)), expiredParts, thousands(float64(live)), filled.Round(100*time.Millisecond),
 		time.Since(start).Round(100*time.Millisecond))
 	return table, expiredParts, drop, nil
+}
+
+// createPartitions creates the partitions of table, each an hour, that hold the IDs from oldest to newest seconds
+// before now, named and bounded as the library names and bounds its own, and returns how many it created.
+// ifNotExists skips those that exist: Migrate made the partitions of the last hour and of the next two days. The
+// statements go in one round trip and one transaction: two weeks of hours are hundreds of them.
+func (b *latencyBench) createPartitions(ctx context.Context, table string, now time.Time, oldest, newest float64, ifNotExists bool) (int, error) {
+	var qs []string
+	end := now.Add(-time.Duration(newest * float64(time.Second)))
+	for from := maintain.PeriodStart(now.Add(-time.Duration(oldest*float64(time.Second))), latencyPartitionPeriod); from.Before(end); from = from.Add(latencyPartitionPeriod) {
+		q := `CREATE TABLE `
+		if ifNotExists {
+			q += `IF NOT EXISTS `
+		}
+		qs = append(qs, q+pq.QuoteIdentifier(maintain.PartitionName(table, from))+` PARTITION OF `+pq.QuoteIdentifier(table)+
+			` FOR VALUES FROM ('`+maintain.UUID7Floor(from)+`') TO ('`+maintain.UUID7Floor(from.Add(latencyPartitionPeriod))+`')`)
+	}
+	if len(qs) == 0 {
+		return 0, nil
+	}
+	// Without parameters, the statements go as one simple query, which PostgreSQL runs in one transaction.
+	if _, err := b.watchDB.ExecContext(ctx, strings.Join(qs, ";\n")); err != nil {
+		return 0, fmt.Errorf("create the partitions of %s: %w", table, err)
+	}
+	return len(qs), nil
 }
 
 // expectNoExpired fails when table still holds a row older than the retention.

@@ -68,6 +68,19 @@ Commands:
               --growth-rows rows). Prints p99 during each cleanup over
               p99 idle and p99 of the large table over the small one, and what the backends waited on meanwhile.
               --short is the form the harness's test runs, in seconds.
+  scale       How the claim behaves as the inbox table grows to --sizes retained rows (10^5 to 10^8), idle and
+              during the cleanup, for --variants uuid7 (UUIDv7 IDs as uuid, batched delete), uuid7-partitioned
+              (hourly partitions, partition drop) and text (uniform string IDs, batched delete). Per variant and
+              size: a fresh table, loaded with COPY in primary-key order with --expired-share expired rows and the
+              live rows over the retention, settled; its bytes per row, primary-key depth and size on disk; claim
+              p50, p99, p99.9, claims/s and buffer cache hit ratio over --measure idle and over the cleanup; the
+              table dropped. Each result is a JSON record in --out, written as it completes, so a run can be split
+              and resumed; every invocation rewrites --out/README.md's generated part and claim-p99.svg from all
+              the records there, and --replot does only that. --short is the form the harness's test runs.
+  curves      Draws no measurement of its own: reads --bench, the output of pgxinbox's benchmarks
+              (go test -bench 'RouterWithoutInbox|BatchFloor'), and writes beside it curves.svg (throughput and
+              client CPU per message against messages in flight, a line per mode) and README.md's generated part
+              (the medians, and batch mode's ratios to the autocommit consumer and to the router plus the floor).
   transports  The same crash scenario over each transport a Watermill user picks: Kafka (kfake), RabbitMQ
               (watermill-amqp), NATS JetStream (watermill-nats), Redis Streams (watermill-redisstream),
               watermill-sql v3's and v4's PostgreSQL pub/sub, and GoChannel. Per cell, --events credit events and a
@@ -109,6 +122,10 @@ func main() {
 		err = runStorageMySQL(args)
 	case "cleanup-latency":
 		err = cleanupLatencyCommand(ctx, args)
+	case "scale":
+		err = scaleCommand(ctx, args)
+	case "curves":
+		err = runCurves(args)
 	case "transports":
 		err = transportsCommand(ctx, args)
 	case "broker":

@@ -408,3 +408,13 @@ func throughputReport(c throughputConfig, res []throughputResult) (string, strin
 		c.Runs, c.PerSlot, thousands(float64(c.Messages)), thousands(float64(c.Accounts)), ceiling, ceiling, pool, batch)
 	return b.String(), chartGrid(charts, len(c.Sleeps))
 }
+
+// replaceMarked returns doc with section in place of the text from the begin marker to the end of the end marker's
+// line; a doc without the markers gets section at its end.
+func replaceMarked(doc, begin, end, section string) string {
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		return strings.TrimRight(doc, "\n") + "\n\n" + section
+	}
+	return doc[:i] + section + strings.TrimPrefix(doc[j+len(end):], "\n")
+}
