@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"io"
@@ -77,8 +78,15 @@ func TestCleanupLatency_ClaimP99DuringTheBatchedDeleteAndThePartitionDropStaysWi
 		t.Errorf("claim p99 during the partition drop is %.2f times the idle p99 (median of the runs; the last: %s against %s): the drops slow the claims beside them",
 			r, ms(drop.P99), ms(got["idle"].P99))
 	}
+	expectNoRelationsLeft(t, db, "cleanlat")
+}
+
+// expectNoRelationsLeft fails t if a relation of this process's measurements of kind (the middle of their tables'
+// names: harness_<kind>_<pid>_...) is still in the database.
+func expectNoRelationsLeft(t *testing.T, db *sql.DB, kind string) {
+	t.Helper()
 	var left []string
-	rows, err := db.Query(`SELECT relname FROM pg_class WHERE relname LIKE 'harness\_cleanlat\_' || $1 || '\_%'`, strconv.Itoa(os.Getpid()))
+	rows, err := db.Query(`SELECT relname FROM pg_class WHERE relname LIKE 'harness\_' || $1 || '\_' || $2 || '\_%'`, kind, strconv.Itoa(os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +97,9 @@ func TestCleanupLatency_ClaimP99DuringTheBatchedDeleteAndThePartitionDropStaysWi
 			t.Fatal(err)
 		}
 		left = append(left, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	if len(left) > 0 {
 		t.Errorf("the measurement left relations behind: %v", left)

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,22 +132,7 @@ func TestScale_ShortFormRecordsEveryVariantAndSizeAndReplotWritesTheSameReport(t
 		t.Error("--replot drew another plot")
 	}
 
-	var left []string
-	rows, err := db.Query(`SELECT relname FROM pg_class WHERE relname LIKE 'harness\_scale\_' || $1 || '\_%'`, strconv.Itoa(os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		left = append(left, n)
-	}
-	if len(left) > 0 {
-		t.Errorf("the measurement left relations behind: %v", left)
-	}
+	expectNoRelationsLeft(t, db, "scale")
 }
 
 // checkScalePlot checks that svg is an SVG document with a legend entry and two strokes of its style (the line and
