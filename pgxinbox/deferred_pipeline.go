@@ -3,8 +3,10 @@ package pgxinbox
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	inbox "github.com/effectively-once/watermill-inbox"
@@ -37,10 +39,12 @@ func (t *deferredTx) execPipelined(ctx context.Context, seats []int, sqls []stri
 	if err := t.ensureBegun(ctx); err != nil {
 		return 0, err
 	}
+	t.piped = slices.Grow(t.piped[:0], 2*len(sqls))[:2*len(sqls)]
 	t.pipe.QueuedQueries = t.pipe.QueuedQueries[:0]
 	for k := range sqls {
-		t.pipe.Queue(memberSavepoint(seats[k], &memberSavepointSQL, "savepoint "))
-		t.pipe.Queue(sqls[k], args[k]...)
+		t.piped[2*k] = pgx.QueuedQuery{SQL: memberSavepoint(seats[k], &memberSavepointSQL, "savepoint ")}
+		t.piped[2*k+1] = pgx.QueuedQuery{SQL: sqls[k], Arguments: args[k]}
+		t.pipe.QueuedQueries = append(t.pipe.QueuedQueries, &t.piped[2*k], &t.piped[2*k+1])
 	}
 	br := t.conn.SendBatch(ctx, &t.pipe)
 	for k := range sqls {
@@ -63,6 +67,7 @@ func (t *deferredTx) execPipelined(ctx context.Context, seats []int, sqls []stri
 		err = cerr
 	}
 	clear(t.pipe.QueuedQueries)
+	clear(t.piped)
 	return set, err
 }
 

@@ -58,7 +58,10 @@ type deferredTx struct {
 	queue  [4]*pgx.QueuedQuery
 	first  firstRow
 
-	pipe pgx.Batch // the batch members' first statements (execPipelined)
+	// The batch members' first statements (execPipelined), and the queries it holds, reused from one pipeline
+	// to the next: one allocation a batch, where pgx's Batch.Queue makes one a statement.
+	pipe  pgx.Batch
+	piped []pgx.QueuedQuery
 }
 
 // deferredState is where a held-back statement is.

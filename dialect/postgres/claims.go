@@ -180,9 +180,10 @@ func (pg *postgres) ClaimBatch(ctx context.Context, tx driver.Executor, p dialec
 		args = append(args, id)
 	}
 	claimed := make([]string, 0, len(p.IDs))
+	var id string
+	dest := []any{&id} // one destination for every row: a row costs its ID's string only
 	err := dialect.ScanRows(ctx, tx, query.(string), args, func(r driver.Rows) error {
-		var id string
-		err := r.Scan(&id)
+		err := r.Scan(dest...)
 		claimed = append(claimed, id)
 		return err
 	})
