@@ -41,6 +41,7 @@ var curveModes = []curveMode{
 	{Key: "autocommit", Name: "autocommit, no inbox (pgx)", Color: colorNeutral},
 	{Key: "message", Name: "inbox per message (pgx)", Color: "#2980b9"},
 	{Key: "batch", Name: "inbox batch (pgx)", Color: colorInbox},
+	{Key: "batch-concurrency2", Name: "batch, WithBatchConcurrency(2) (pgx)", Color: "#27ae60"},
 	{Key: "message-plainbegin", Name: "per message, PlainBegin (pgx)", Color: "#8e44ad"},
 	{Key: "batch-plainbegin", Name: "batch, PlainBegin (pgx)", Color: "#d35400"},
 	{Key: "autocommit-libpq", Name: "autocommit, no inbox (lib/pq)", Color: colorNeutral, Dashed: true},

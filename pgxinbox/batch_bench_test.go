@@ -91,6 +91,9 @@ func modeOptions(table, mode string, runs *atomic.Int64) []inbox.Option {
 	if strings.HasPrefix(mode, "batch") {
 		opts = append(opts, inbox.WithBatch(time.Millisecond, inbox.MaxBatchSize))
 	}
+	if strings.HasSuffix(mode, "-concurrency2") {
+		opts = append(opts, inbox.WithBatchConcurrency(2))
+	}
 	return opts
 }
 
@@ -99,6 +102,7 @@ func modeOptions(table, mode string, runs *atomic.Int64) []inbox.Option {
 // no database, is what the router, the GoChannel and the benchmark's publishers cost on their own (the floor under
 // every mode); mode=autocommit runs the handlers' UPDATE on the pool, one statement in its own implicit
 // transaction and one round trip a message, with no claim: a consumer that applies a redelivered copy twice.
+// mode=batch-concurrency2 is batch mode with inbox.WithBatchConcurrency(2): two batches' pipelines overlap.
 // mode=message-plainbegin and mode=batch-plainbegin are the two inbox modes over pgxinbox.PlainBegin(pool), whose
 // transactions begin with BeginTx, against the deferred transactions of mode=message and mode=batch. The modes
 // ending in -libpq are autocommit, message and batch over database/sql and lib/pq (inbox.New), on the same
@@ -114,7 +118,7 @@ func BenchmarkRouterWithoutInbox(b *testing.B) {
 	db := openCountingLibpq(b, &trips)
 	var runs atomic.Int64
 	for _, inFlight := range []int{1, 8, 64, 256} {
-		for _, mode := range []string{"none", "autocommit", "message", "message-plainbegin", "batch", "batch-plainbegin",
+		for _, mode := range []string{"none", "autocommit", "message", "message-plainbegin", "batch", "batch-concurrency2", "batch-plainbegin",
 			"autocommit-libpq", "message-libpq", "batch-libpq"} {
 			b.Run(fmt.Sprintf("inflight=%d/mode=%s", inFlight, mode), func(b *testing.B) {
 				switch mode {
