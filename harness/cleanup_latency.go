@@ -830,16 +830,26 @@ func parseCleanupLatency(args []string, out io.Writer) (latencyConfig, error) {
 	switch {
 	case c.Rows < 1 || c.GrowthRows < 1:
 		return c, errors.New("cleanup-latency: --rows and --growth-rows must be positive")
-	case c.Claimers < 1 || c.Runs < 1:
-		return c, errors.New("cleanup-latency: --claimers and --runs must be at least 1")
-	case c.Measure <= 0:
-		return c, errors.New("cleanup-latency: --measure must be positive")
-	case c.Batch < 1 || c.Batch > inbox.MaxCleanupBatch:
-		return c, fmt.Errorf("cleanup-latency: --batch must be 1 to %d", inbox.MaxCleanupBatch)
-	case c.Pause < 0:
-		return c, errors.New("cleanup-latency: --pause must not be negative")
+	case c.Runs < 1:
+		return c, errors.New("cleanup-latency: --runs must be at least 1")
 	}
-	return c, nil
+	return c, c.checkClaimsAndCleanup("cleanup-latency")
+}
+
+// checkClaimsAndCleanup checks the flags that the cleanup-latency and scale commands (named command in the error)
+// share: the claimers, the measuring window, and the cleanup's batch and pause.
+func (c latencyConfig) checkClaimsAndCleanup(command string) error {
+	switch {
+	case c.Claimers < 1:
+		return fmt.Errorf("%s: --claimers must be at least 1", command)
+	case c.Measure <= 0:
+		return fmt.Errorf("%s: --measure must be positive", command)
+	case c.Batch < 1 || c.Batch > inbox.MaxCleanupBatch:
+		return fmt.Errorf("%s: --batch must be 1 to %d", command, inbox.MaxCleanupBatch)
+	case c.Pause < 0:
+		return fmt.Errorf("%s: --pause must not be negative", command)
+	}
+	return nil
 }
 
 func cleanupLatencyCommand(ctx context.Context, args []string) error {

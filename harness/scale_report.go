@@ -98,16 +98,8 @@ func parseScale(args []string, out io.Writer) (scaleConfig, error) {
 		return c, errors.New("scale: --expired-span must be an hour or more")
 	case c.Consumers < 1 || c.Consumers > math.MaxInt16:
 		return c, fmt.Errorf("scale: --consumers must be 1 to %d", math.MaxInt16)
-	case c.Claimers < 1:
-		return c, errors.New("scale: --claimers must be at least 1")
-	case c.Measure <= 0:
-		return c, errors.New("scale: --measure must be positive")
-	case c.Batch < 1 || c.Batch > inbox.MaxCleanupBatch:
-		return c, fmt.Errorf("scale: --batch must be 1 to %d", inbox.MaxCleanupBatch)
-	case c.Pause < 0:
-		return c, errors.New("scale: --pause must not be negative")
 	}
-	return c, nil
+	return c, c.checkClaimsAndCleanup("scale")
 }
 
 // joinInts spells xs as a flag takes them: "1,2,3".
