@@ -53,7 +53,7 @@ func cleanupCommand(ctx context.Context, c *common, args []string, stdout, stder
 	fs.Var(&window, "window", "delete rows older than this (the retention; choose it from the longest redelivery of your sources)")
 	batch := fs.Int("batch", inbox.DefaultCleanupBatch, fmt.Sprintf("rows per DELETE, 1 to %d", inbox.MaxCleanupBatch))
 	pause := days(0)
-	fs.Var(&pause, "pause", "wait this long after each batch, to let replicas and autovacuum keep up (default: five times as long as the batch took; 1ns runs flat out)")
+	fs.Var(&pause, "pause", "wait this long after each batch, to let replicas and autovacuum keep up (default: twenty times as long as the batch took; 1ns runs flat out)")
 	every := days(time.Second)
 	fs.Var(&every, "progress", "print a progress line at most this often")
 	verbose := fs.Bool("verbose", false, "also print the library's log lines on stderr")
